@@ -1,0 +1,46 @@
+"""The `depthlab` command line: one subcommand per job, registered from small modules.
+
+Each module in COMMANDS has `register(subparsers)`; heavy imports (torch, the
+server) happen inside the handlers so `depthlab --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from depthlab.cli.common import Parser, run_handler
+
+# Order = order in `depthlab --help`.
+COMMANDS = [
+    "depthlab.cli.model_cmd",
+]
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="depthlab",
+        description="depthlab: how does information get through a deep Transformer? "
+        "Live probes, exact arithmetic, training runs and a local lesson page.",
+        epilog="Run `depthlab COMMAND --help` for the flags of one command.",
+    )
+    from depthlab import __version__
+
+    parser.add_argument("--version", action="version", version=f"depthlab {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=Parser)
+    for module in COMMANDS:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return 2
+    return run_handler(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

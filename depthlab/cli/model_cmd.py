@@ -1,0 +1,90 @@
+"""`depthlab model describe`: the block structure, parameters and shapes of a config."""
+
+from __future__ import annotations
+
+import argparse
+
+from depthlab.cli.common import add_config_args, config_from_args, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("model", help="describe a model config: blocks, parameters, shapes")
+    msub = p.add_subparsers(title="actions", metavar="ACTION", parser_class=type(p))
+    d = msub.add_parser(
+        "describe",
+        help="print the block structure, parameter count by component and tensor shapes",
+        description="Print the block structure, the parameter count by component and the "
+        "tensor shape after each stage of one forward pass. Example: depthlab model describe "
+        "--preset course --set model.n_layers=12 --set model.residual=none",
+    )
+    add_config_args(d)
+    d.add_argument("--tokens", type=int, default=5, help="tokens in the traced forward pass")
+    d.add_argument("--json", action="store_true", help="print JSON instead of text")
+    d.add_argument("--check", action="store_true",
+                   help="also run one real forward+backward pass on random tokens and report "
+                   "the loss and gradient norm (needs the weights in memory)")
+    d.set_defaults(handler=describe)
+    p.set_defaults(handler=lambda a: p.print_help() or 2)
+
+
+def describe(args: argparse.Namespace) -> int:
+    from depthlab.errors import UserError
+    from depthlab.model.summary import summarize
+
+    if not 1 <= args.tokens <= 4096:
+        raise UserError(f"--tokens must be between 1 and 4096, got {args.tokens}")
+    cfg = config_from_args(args)
+    m = cfg.model
+    s = summarize(m, args.tokens)
+    check = _forward_backward(cfg, args.tokens) if args.check else None
+    if args.json:
+        print_json({"config": cfg.to_dict()["model"], "params": s.params_by_component,
+                    "total_params": s.total_params, "params_per_block": s.params_per_block,
+                    "shapes": [{"stage": n, "shape": list(sh)} for n, sh in s.shapes],
+                    "check": check})
+        return 0
+    from depthlab.model.summary import build_meta
+
+    print(f"{m.n_layers} blocks x 2 sublayers = {m.n_writes} writes into the residual stream")
+    print(f"norm={m.norm} placement={m.placement} residual={m.residual} ffn={m.ffn} "
+          f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
+          f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm}")
+    print("\nOne block:")
+    block_lines = str(build_meta(m).blocks[0]).splitlines()
+    print("\n".join("  " + line for line in block_lines if "HookPoint()" not in line))
+    print("\nParameters:")
+    for comp, n in s.params_by_component.items():
+        print(f"  {comp:<10} {n:>14,}  {100 * n / s.total_params:5.1f}%")
+    print(f"  {'total':<10} {s.total_params:>14,}   (per block {s.params_per_block:,})")
+    print(f"\nShapes for {args.tokens} tokens (batch dimension omitted):")
+    for name, shape in s.shapes:
+        if ".blocks." in f".{name}" and not name.startswith(("blocks.0.", f"blocks.{m.n_layers - 1}.")):
+            continue  # middle blocks repeat the first one
+        print(f"  {name:<32} [{' x '.join(map(str, shape))}]")
+    if m.n_layers > 2:
+        print(f"  (blocks 1..{m.n_layers - 2} have the same shapes)")
+    if check:
+        print(f"\nForward+backward on random tokens: loss {check['loss']:.4f} "
+              f"(ln V = {check['log_vocab']:.4f}), gradient norm {check['grad_norm']:.4f}, "
+              f"finite: {check['finite']}")
+    return 0
+
+
+def _forward_backward(cfg, n_tokens: int) -> dict:
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    from depthlab.model import Transformer
+
+    torch.manual_seed(cfg.train.seed)
+    model = Transformer(cfg.model)
+    idx = torch.randint(0, cfg.model.vocab_size, (2, n_tokens + 1))
+    logits = model(idx[:, :-1])
+    loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+    loss.backward()
+    grad_norm = torch.sqrt(sum(p.grad.pow(2).sum() for p in model.parameters()))
+    return {"loss": loss.item(), "log_vocab": math.log(cfg.model.vocab_size),
+            "grad_norm": grad_norm.item(),
+            "finite": bool(torch.isfinite(loss) and torch.isfinite(grad_norm))}

@@ -1,0 +1,350 @@
+"""Frozen, typed configs, validated in one place.
+
+A config is the header of every run log and the cache key of every probe, so
+it is a frozen (hashable) dataclass that round-trips through JSON. All checks
+live in `validate`: an invalid value or combination raises one `ConfigError`
+that names the field and lists what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import typing
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from depthlab.errors import ConfigError
+
+# Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
+NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered")
+PLACEMENTS = ("pre", "post", "sandwich", "output")
+RESIDUALS = ("none", "plain", "scaled")
+FFNS = ("relu", "gelu", "swiglu")
+POSITIONS = ("rope", "learned")
+
+MAX_LAYERS = 1024
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Every architectural switch of the lesson (see the README's tour)."""
+
+    vocab_size: int = 2048
+    context_len: int = 256
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: one K/V head per query head (no grouping)
+    head_dim: int | None = None  # None: d_model // n_heads
+    d_ff: int | None = None  # None: 4d for relu/gelu, 8d/3 (rounded up to 16) for swiglu
+    ffn: str = "swiglu"
+    ffn_clamp: float | None = None  # gpt-oss style limit on the SwiGLU gate/up inputs
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-5
+    placement: str = "pre"
+    residual: str = "plain"
+    final_norm: bool = True
+    qk_norm: bool = False
+    attn_gate: bool = False  # sigmoid gate on the attention output (q_proj doubled)
+    position: str = "rope"
+    rope_theta: float = 10000.0
+    bias: bool = False  # biases in every linear layer (GPT-2 style)
+    qkv_bias: bool = False  # biases on q/k/v only (Qwen2 style)
+    tie_embeddings: bool = True
+    init_std: float = 0.02
+    init_gain: float = 1.0
+    scaled_init: bool = True  # output projections get init_std / sqrt(2 * n_layers)
+
+    # Derived sizes, so nobody recomputes them differently.
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
+
+    @property
+    def ffn_hidden(self) -> int:
+        if self.d_ff is not None:
+            return self.d_ff
+        if self.ffn == "swiglu":  # 8d/3 keeps the parameter count of a 4d two-matrix FFN
+            return 16 * math.ceil(8 * self.d_model / 3 / 16)
+        return 4 * self.d_model
+
+    @property
+    def n_writes(self) -> int:
+        """Writes into the residual stream: two sublayers per block."""
+        return 2 * self.n_layers
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    corpus: str = "shakespeare"  # a registered corpus name or a path to .txt files
+    tokenizer: str = "char"  # char | bpe
+    bpe_vocab: int = 2048
+    val_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 2000
+    batch_size: int = 32
+    seq_len: int = 128
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_every: int = 100
+    eval_tokens: int = 32768
+    probe_every: int = 100
+    ckpt_every: int = 200
+    keep_ckpts: int = 2
+    seed: int = 1337
+    device: str = "auto"  # auto | cpu | cuda | mps
+    dtype: str = "float32"  # float32 | bfloat16 (autocast)
+    compile: bool = False
+    threads: int = 0  # 0: choose automatically
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Config:
+        unknown = set(raw) - set(_SECTION_TYPES)
+        if unknown:
+            raise ConfigError(
+                f"unknown config section {sorted(unknown)[0]!r}; allowed: model, data, train"
+            )
+        sections = {}
+        for name, section_cls in _SECTION_TYPES.items():
+            part = raw.get(name, {})
+            if not isinstance(part, dict):
+                raise ConfigError(f"config section {name!r} must be an object")
+            sections[name] = _section_from_dict(section_cls, part, name)
+        return validate(cls(**sections))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: a config must be a JSON object")
+        # A run's config.json carries provenance next to the config itself.
+        raw = raw.get("config", raw)
+        return cls.from_dict(raw)
+
+
+_SECTION_TYPES = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _section_from_dict(cls: type, raw: dict[str, Any], section: str) -> Any:
+    hints = _field_types(cls)
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in hints:
+            raise ConfigError(_unknown_key_message(f"{section}.{key}"))
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, name: str) -> Any:
+    """Check a JSON or CLI value against a field's type (int, float, bool, str, X | None)."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if args else hint
+    is_null_text = isinstance(value, str) and value.lower() in ("none", "null")
+    if value is None or (is_null_text and optional):
+        if optional:
+            return None
+        raise ConfigError(f"{name} cannot be null; expected {base.__name__}")
+    if isinstance(value, str) and base is not str:
+        value = _parse_text(value, base, name)
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if base is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return value
+    if base is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{name} must be finite, got {value!r}")
+        return float(value)
+    if base is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {value!r}")
+        return value
+    raise ConfigError(f"{name}: unsupported type {hint}")  # pragma: no cover
+
+
+def _parse_text(text: str, base: type, name: str) -> Any:
+    if base is bool:
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"{name} must be true or false, got {text!r}")
+    try:
+        return base(text)
+    except ValueError:
+        kind = "an integer" if base is int else "a number"
+        raise ConfigError(f"{name} must be {kind}, got {text!r}") from None
+
+
+def valid_keys() -> list[str]:
+    return [
+        f"{section}.{f.name}" for section, cls in _SECTION_TYPES.items() for f in fields(cls)
+    ]
+
+
+def _unknown_key_message(key: str) -> str:
+    keys = valid_keys()
+    close = difflib.get_close_matches(key, keys, n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"unknown config key {key!r}; {hint}valid keys: {', '.join(keys)}"
+
+
+def apply_overrides(cfg: Config, assignments: list[str]) -> Config:
+    """Apply `section.field=value` overrides (the CLI's repeated --set) and validate."""
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. model.n_layers=12")
+        section, _, name = key.partition(".")
+        cls = _SECTION_TYPES.get(section)
+        hints = _field_types(cls) if cls else {}
+        if name not in hints:
+            raise ConfigError(_unknown_key_message(key))
+        value = _coerce(text.strip(), hints[name], key)
+        part = replace(getattr(cfg, section), **{name: value})
+        cfg = replace(cfg, **{section: part})
+    return validate(cfg)
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _positive(name: str, value: float | int) -> None:
+    if value <= 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+def validate_model(m: ModelConfig) -> ModelConfig:
+    _one_of("model.norm", m.norm, NORMS)
+    _one_of("model.placement", m.placement, PLACEMENTS)
+    _one_of("model.residual", m.residual, RESIDUALS)
+    _one_of("model.ffn", m.ffn, FFNS)
+    _one_of("model.position", m.position, POSITIONS)
+    for name in ("vocab_size", "context_len", "d_model", "n_heads"):
+        _positive(f"model.{name}", getattr(m, name))
+    for name in ("norm_eps", "rope_theta", "init_std", "init_gain"):
+        _positive(f"model.{name}", getattr(m, name))
+    if not 1 <= m.n_layers <= MAX_LAYERS:
+        raise ConfigError(f"model.n_layers must be between 1 and {MAX_LAYERS}, got {m.n_layers}")
+    if m.head_dim is None and m.d_model % m.n_heads:
+        raise ConfigError(
+            f"model.d_model={m.d_model} is not divisible by model.n_heads={m.n_heads}; "
+            "choose n_heads that divides d_model or set model.head_dim"
+        )
+    if m.head_dim is not None:
+        _positive("model.head_dim", m.head_dim)
+    if m.n_kv_heads is not None:
+        _positive("model.n_kv_heads", m.n_kv_heads)
+        if m.n_heads % m.n_kv_heads:
+            raise ConfigError(
+                f"model.n_heads={m.n_heads} is not a multiple of model.n_kv_heads={m.n_kv_heads}"
+            )
+    if m.position == "rope" and m.head_size % 2:
+        raise ConfigError(f"RoPE needs an even head size; got {m.head_size}")
+    if m.d_ff is not None:
+        _positive("model.d_ff", m.d_ff)
+    if m.ffn_clamp is not None:
+        if m.ffn != "swiglu":
+            raise ConfigError("model.ffn_clamp applies to ffn=swiglu only")
+        _positive("model.ffn_clamp", m.ffn_clamp)
+    if m.norm == "none":
+        if m.placement != "pre":
+            raise ConfigError(
+                f"model.placement={m.placement!r} needs a norm but model.norm='none'; "
+                f"choose model.norm from: {', '.join(NORMS[1:])}"
+            )
+        for switch in ("final_norm", "qk_norm"):
+            if getattr(m, switch):
+                raise ConfigError(
+                    f"model.{switch}=true needs a norm but model.norm='none'; "
+                    f"set model.{switch}=false or choose model.norm from: {', '.join(NORMS[1:])}"
+                )
+    return m
+
+
+def validate(cfg: Config) -> Config:
+    validate_model(cfg.model)
+    d, t = cfg.data, cfg.train
+    _one_of("data.tokenizer", d.tokenizer, ("char", "bpe"))
+    if not 256 <= d.bpe_vocab <= 65536:
+        raise ConfigError(f"data.bpe_vocab must be between 256 and 65536, got {d.bpe_vocab}")
+    if not 0.0 < d.val_fraction < 0.5:
+        raise ConfigError(f"data.val_fraction must be in (0, 0.5), got {d.val_fraction}")
+    for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "eval_tokens",
+                 "probe_every", "ckpt_every", "keep_ckpts", "lr", "beta1", "beta2"):
+        _positive(f"train.{name}", getattr(t, name))
+    for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio", "seed"):
+        if getattr(t, name) < 0:
+            raise ConfigError(f"train.{name} must be >= 0, got {getattr(t, name)}")
+    if t.seq_len > cfg.model.context_len:
+        raise ConfigError(
+            f"train.seq_len={t.seq_len} exceeds model.context_len={cfg.model.context_len}"
+        )
+    _one_of("train.device", t.device, ("auto", "cpu", "cuda", "mps"))
+    _one_of("train.dtype", t.dtype, ("float32", "bfloat16"))
+    return cfg
+
+
+def diff(a: Config, b: Config) -> dict[str, tuple[Any, Any]]:
+    """Keys whose values differ between two configs: what an experiment changes."""
+    flat_a, flat_b = flatten(a), flatten(b)
+    return {k: (flat_a[k], flat_b[k]) for k in flat_a if flat_a[k] != flat_b[k]}
+
+
+def flatten(cfg: Config) -> dict[str, Any]:
+    return {
+        f"{section}.{key}": value
+        for section, part in cfg.to_dict().items()
+        for key, value in part.items()
+    }
+

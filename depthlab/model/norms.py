@@ -1,0 +1,86 @@
+"""The norm registry: none | layernorm | rmsnorm | rmsnorm_zero_centered.
+
+Written out rather than taken from torch.nn because the formulas are the lesson:
+LayerNorm centres and scales (gamma, beta); RMSNorm only scales (gamma); the
+zero-centred RMSNorm multiplies by (1 + w) with w starting at 0, so weight decay
+pulls it toward the identity scale instead of toward zero.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def _stats_dtype(x: torch.Tensor) -> torch.dtype:
+    # Half-precision means/variances lose digits; float64 probes keep theirs.
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+class LayerNorm(nn.Module):
+    """y = (x - mean) / sqrt(var + eps) * gamma + beta   (Ba et al. 2016)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(_stats_dtype(x))
+        mean = h.mean(-1, keepdim=True)
+        var = (h - mean).pow(2).mean(-1, keepdim=True)  # biased variance, as in the paper
+        h = (h - mean) * torch.rsqrt(var + self.eps)
+        return h.to(x.dtype) * self.weight + self.bias
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * gamma   (Zhang & Sennrich 2019): no mean, no beta."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(_stats_dtype(x))
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * self.normalize(x).to(x.dtype)
+
+
+class ZeroCenteredRMSNorm(RMSNorm):
+    """RMSNorm with scale (1 + w), w initialised to 0 (Gemma, Qwen3-Next)."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__(dim, eps)
+        nn.init.zeros_(self.weight)
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.normalize(x)
+        return (h * (1.0 + self.weight.to(h.dtype))).to(x.dtype)
+
+
+NORM_CLASSES: dict[str, type[nn.Module]] = {
+    "layernorm": LayerNorm,
+    "rmsnorm": RMSNorm,
+    "rmsnorm_zero_centered": ZeroCenteredRMSNorm,
+}
+
+
+def make_norm(kind: str, dim: int, eps: float) -> nn.Module | None:
+    """The norm for a slot, or None for norm='none' (so print(model) tells the truth)."""
+    if kind == "none":
+        return None
+    return NORM_CLASSES[kind](dim, eps)

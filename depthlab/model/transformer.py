@@ -1,0 +1,146 @@
+"""The decoder-only model: embedding -> L blocks -> final norm -> LM head.
+
+Shape legend: B batch, T tokens, D d_model, V vocabulary. The residual stream
+x is [B, T, D] from the embedding to the final norm; each block reads it twice
+(attention, FFN) and writes to it twice, so L blocks make 2L writes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from depthlab.config import ModelConfig, validate_model
+from depthlab.hooks import HookedModule, HookPoint
+from depthlab.model.attention import Attention, rope_cos_sin
+from depthlab.model.ffn import make_ffn
+from depthlab.model.norms import NORM_CLASSES, make_norm
+
+# Which of a sublayer's three optional norm slots each placement fills:
+#   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
+#   out  -> Norm on the sublayer's output     x + Norm(F(x))        (OLMo 2; with in: sandwich)
+#   post -> Norm after the add                Norm(x + F(x))        (Post-LN, Vaswani 2017)
+NORM_SLOTS = {
+    "pre": ("in",),
+    "post": ("post",),
+    "sandwich": ("in", "out"),
+    "output": ("out",),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        slots = NORM_SLOTS[cfg.placement]
+
+        def slot(name: str) -> nn.Module | None:
+            return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if name in slots else None
+
+        self.attn_norm_in, self.attn_norm_out, self.attn_norm_post = (
+            slot("in"), slot("out"), slot("post"))
+        self.attn = Attention(cfg)
+        self.mlp_norm_in, self.mlp_norm_out, self.mlp_norm_post = (
+            slot("in"), slot("out"), slot("post"))
+        self.mlp = make_ffn(cfg)
+        self.residual = cfg.residual != "none"
+        # Scaled write-back: each of the 2L writes enters the stream times 1/sqrt(2L).
+        self.write_scale = 1.0 / math.sqrt(cfg.n_writes) if cfg.residual == "scaled" else 1.0
+        for name in ("resid_pre", "attn_in", "attn_out", "attn_write", "resid_mid",
+                     "mlp_in", "mlp_out", "mlp_write", "resid_post"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+
+        # Attention sublayer: read the stream, transform, write back.
+        h = self.hook_attn_in(self.attn_norm_in(x) if self.attn_norm_in else x)
+        h = self.attn(h, rope)
+        h = self.hook_attn_out(self.attn_norm_out(h) if self.attn_norm_out else h)
+        write = self.hook_attn_write(h * self.write_scale)
+        x = x + write if self.residual else write  # the residual add, or its ablation
+        x = self.attn_norm_post(x) if self.attn_norm_post else x
+        x = self.hook_resid_mid(x)
+
+        # FFN sublayer: the same three slots and the same add.
+        h = self.hook_mlp_in(self.mlp_norm_in(x) if self.mlp_norm_in else x)
+        h = self.mlp(h)
+        h = self.hook_mlp_out(self.mlp_norm_out(h) if self.mlp_norm_out else h)
+        write = self.hook_mlp_write(h * self.write_scale)
+        x = x + write if self.residual else write
+        x = self.mlp_norm_post(x) if self.mlp_norm_post else x
+        return self.hook_resid_post(x)
+
+
+class Transformer(HookedModule):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = validate_model(cfg)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_embed = (
+            nn.Embedding(cfg.context_len, cfg.d_model) if cfg.position == "learned" else None
+        )
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm else None
+        self.hook_final = HookPoint()
+        self.lm_head = (
+            None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        )
+        init_weights(self)
+
+    def rope(self, n_tokens: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.cfg.position != "rope":
+            return None
+        return rope_cos_sin(n_tokens, self.cfg.head_size, self.cfg.rope_theta, like.dtype, like.device)
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, T] -> residual stream [B, T, D]."""
+        T = idx.shape[1]
+        if T > self.cfg.context_len and self.pos_embed is not None:
+            raise ValueError(f"{T} tokens exceed model.context_len={self.cfg.context_len}")
+        x = self.embed_tokens(idx)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(torch.arange(T, device=idx.device))
+        return self.hook_embed(x)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Residual stream [B, T, D] -> logits [B, T, V]."""
+        x = self.hook_final(self.final_norm(x) if self.final_norm else x)
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return x @ weight.T
+
+    def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, V] for token ids [B, T], or for a residual stream given as `embeds`."""
+        x = self.embed(idx) if embeds is None else embeds
+        rope = self.rope(x.shape[1], x)
+        for block in self.blocks:
+            x = block(x, rope)
+        return self.unembed(x)
+
+
+OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the residual stream
+
+
+def init_weights(model: Transformer, gain: float | None = None) -> None:
+    """Initialise every weight; the one place init rules live.
+
+    Linears and embeddings ~ normal(0, init_std * gain). With `scaled_init`, the
+    projections that write into the residual stream get init_std * gain / sqrt(2L)
+    (GPT-2, Radford et al. 2019), so the sum of 2L writes keeps the scale of one.
+    Biases start at 0, norm scales at their identity value.
+    """
+    cfg = model.cfg
+    std = cfg.init_std * (cfg.init_gain if gain is None else gain)
+    out_std = std / math.sqrt(cfg.n_writes) if cfg.scaled_init else std
+    norm_types = tuple(NORM_CLASSES.values())
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, 0.0, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, 0.0, std)
+        elif isinstance(module, norm_types):
+            module.reset_parameters()
