@@ -1,0 +1,84 @@
+"""Hook points: stable names, always removed, gradients equal autograd's."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from depthlab.config import ModelConfig
+from depthlab.errors import UserError
+from depthlab.model import Transformer
+
+CFG = ModelConfig(vocab_size=40, context_len=16, n_layers=3, d_model=16, n_heads=2)
+
+
+def test_names_are_stable_and_transformerlens_style():
+    names = Transformer(CFG).hook_names()
+    assert names == Transformer(CFG).hook_names()
+    for i in range(3):
+        for site in ("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out",
+                     "hook_mlp_out", "hook_attn_in", "hook_mlp_in", "hook_attn_write",
+                     "hook_mlp_write", "attn.hook_pattern", "attn.hook_q", "attn.hook_k",
+                     "attn.hook_v", "attn.hook_z"):
+            assert f"blocks.{i}.{site}" in names
+    assert names[0] == "hook_embed" and names[-1] == "hook_final"
+
+
+def test_cache_records_pattern_with_rows_summing_to_one():
+    model = Transformer(CFG)
+    _, cache = model.run_with_cache(torch.randint(0, 40, (2, 7)),
+                                    names=lambda n: n.endswith("hook_pattern"))
+    assert len(cache.keys()) == 3
+    pattern = cache["blocks.1.attn.hook_pattern"]
+    assert pattern.shape == (2, 2, 7, 7)
+    assert torch.allclose(pattern.sum(-1), torch.ones(2, 2, 7))
+    assert torch.all(pattern.triu(1) == 0)
+
+
+def test_hooks_removed_even_when_forward_raises():
+    model = Transformer(CFG)
+
+    def boom(t, name):
+        raise RuntimeError("inside a hook")
+
+    with pytest.raises(RuntimeError, match="inside a hook"):
+        with model.hooks(fwd=[("blocks.1.hook_resid_mid", boom)]):
+            model(torch.randint(0, 40, (1, 4)))
+    assert not any(hp._forward_hooks for hp in model.hook_points().values())
+    model(torch.randint(0, 40, (1, 4)))  # runs clean afterwards
+
+
+def test_unknown_hook_name_is_a_clear_error():
+    model = Transformer(CFG)
+    with pytest.raises(UserError, match="unknown hook point 'blocks.9.hook_resid_pre'"):
+        model.run_with_cache(torch.zeros(1, 2, dtype=torch.long), names=["blocks.9.hook_resid_pre"])
+
+
+def test_cached_gradients_equal_autograd():
+    torch.manual_seed(0)
+    model = Transformer(replace(CFG, residual="none"))
+    idx = torch.randint(0, 40, (2, 6))
+    names = ["blocks.0.hook_resid_post", "blocks.2.hook_mlp_in", "blocks.1.attn.hook_pattern"]
+    loss_of = lambda logits: logits.logsumexp(-1).sum()
+    _, cache = model.run_with_cache(idx, names=names, grad_of=loss_of)
+
+    kept = {}
+
+    def keep(t, name):
+        kept[name] = t
+
+    with model.hooks(fwd=[(n, keep) for n in names]):
+        loss = loss_of(model(idx))
+    expected = torch.autograd.grad(loss, [kept[n] for n in names])
+    for name, grad in zip(names, expected, strict=True):
+        assert torch.allclose(cache.grads[name], grad, atol=1e-6), name
+    assert not any(hp._forward_hooks for hp in model.hook_points().values())
+
+
+def test_forward_hook_can_replace_an_activation():
+    model = Transformer(CFG)
+    idx = torch.randint(0, 40, (1, 5))
+    base = model(idx)
+    with model.hooks(fwd=[("hook_final", lambda t, n: t * 0)]):
+        assert torch.all(model(idx) == 0)
+    assert torch.equal(model(idx), base)
