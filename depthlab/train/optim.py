@@ -1,0 +1,45 @@
+"""AdamW parameter groups and the learning-rate schedule.
+
+The schedule is a pure function of the step and the run's config, so a resumed
+run follows exactly the curve of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from depthlab.config import TrainConfig
+
+
+def param_groups(model: nn.Module, tc: TrainConfig) -> list[dict]:
+    """Weight decay on matrices only: norms' scales, biases and (unless
+    train.decay_embeddings) the embeddings keep their values."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_embedding = name.startswith(("embed_tokens", "pos_embed"))
+        if p.ndim < 2 or (is_embedding and not tc.decay_embeddings):
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [{"params": decay, "weight_decay": tc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: nn.Module, tc: TrainConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(param_groups(model, tc), lr=tc.lr, betas=(tc.beta1, tc.beta2))
+
+
+def lr_at(step: int, tc: TrainConfig) -> float:
+    """Learning rate for optimizer step `step` (0-based): linear warmup over
+    warmup_steps, then cosine decay to min_lr_ratio * lr at the last step."""
+    if step < tc.warmup_steps:
+        return tc.lr * (step + 1) / tc.warmup_steps
+    decay_steps = max(1, tc.steps - 1 - tc.warmup_steps)
+    progress = min(1.0, (step - tc.warmup_steps) / decay_steps)
+    floor = tc.min_lr_ratio * tc.lr
+    return floor + (tc.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
