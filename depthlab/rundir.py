@@ -120,3 +120,12 @@ def load_model(run_dir: Path, device: str = "cpu"):  # -> tuple[Transformer, Con
             f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
     return model.to(device).eval(), cfg
+
+
+def load_tokenizer(run_dir: Path):  # -> depthlab.tokenizer.Tokenizer | None
+    """The run's tokenizer (char or BPE, from RUN/tokenizer.json), or None when the run
+    has none (e.g. imported weights); prompts are then given as token ids."""
+    from depthlab.tokenizer import load_tokenizer as read
+
+    path = Path(run_dir) / TOKENIZER_FILE
+    return read(path) if path.exists() else None

@@ -15,6 +15,7 @@ from depthlab.cli.common import Parser, run_handler
 COMMANDS = [
     "depthlab.cli.model_cmd",
     "depthlab.cli.train_cmd",
+    "depthlab.cli.generate_cmd",
 ]
 
 

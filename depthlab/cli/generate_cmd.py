@@ -1,0 +1,118 @@
+"""`depthlab generate` and `depthlab next-token`: ask a trained run for text, or for
+the probabilities of the very next token and the shapes on the way there."""
+
+from __future__ import annotations
+
+import argparse
+
+from depthlab.cli.common import print_json
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", required=True, metavar="RUN_DIR", help="a run directory")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text (needs the run's tokenizer.json)")
+    src.add_argument("--prompt-ids", metavar="1,2,3",
+                     help="prompt as token ids, for runs without a tokenizer")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser(
+        "generate", help="continue a prompt with a trained run",
+        description="Continue a prompt. Example: depthlab generate --run runs/RUN "
+        "--prompt 'ROMEO:' --tokens 200 --temperature 0.8 --top-k 40 --seed 1")
+    _common(g)
+    g.add_argument("--tokens", type=int, default=200, help="new tokens (default 200)")
+    g.add_argument("--temperature", type=float, default=1.0, help="softmax temperature")
+    g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely")
+    g.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    g.add_argument("--seed", type=int, default=None, help="seed for repeatable sampling")
+    g.set_defaults(handler=run_generate)
+
+    n = sub.add_parser(
+        "next-token", help="the prompt's tokens, the shape after each stage, the top next tokens",
+        description="Show the prompt's tokens, the tensor shape after the embedding, each "
+        "block, the final norm and the LM head, and the most likely next tokens. Example: "
+        "depthlab next-token --run runs/RUN --prompt 今天天气真 --show 10")
+    _common(n)
+    n.add_argument("--show", type=int, default=10, help="how many next tokens (default 10)")
+    n.set_defaults(handler=run_next_token)
+
+
+def _load(args: argparse.Namespace):
+    from pathlib import Path
+
+    from depthlab.errors import UserError
+    from depthlab.rundir import load_model, load_tokenizer
+
+    model, _ = load_model(Path(args.run), device=args.device)
+    tok = load_tokenizer(Path(args.run))
+    if args.prompt_ids is not None:
+        try:
+            ids = [int(s) for s in args.prompt_ids.replace(" ", "").split(",") if s]
+        except ValueError:
+            raise UserError(f"--prompt-ids must be integers separated by commas, "
+                            f"got {args.prompt_ids!r}") from None
+    else:
+        if tok is None:
+            raise UserError(f"{args.run}: no tokenizer.json; give the prompt as --prompt-ids")
+        ids = tok.encode(args.prompt)
+    if not ids:
+        raise UserError("the prompt has no tokens")
+    return model, tok, ids
+
+
+def _piece(tok, i: int) -> str | None:
+    return tok.token_str(i) if tok is not None else None
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from depthlab.errors import UserError
+    from depthlab.generate import generate
+
+    if args.tokens < 0:
+        raise UserError(f"--tokens must be >= 0, got {args.tokens}")
+    if args.top_k is not None and args.top_k <= 0:
+        raise UserError(f"--top-k must be > 0, got {args.top_k}")
+    model, tok, ids = _load(args)
+    new = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k,
+                   greedy=args.greedy, seed=args.seed)
+    text = tok.decode(new) if tok is not None else None
+    if args.json:
+        print_json({"prompt_ids": ids, "ids": new, "text": text,
+                    "prompt": tok.decode(ids) if tok is not None else None})
+    elif text is not None:
+        print(tok.decode(ids) + text)
+    else:
+        print(",".join(map(str, ids + new)))
+    return 0
+
+
+def run_next_token(args: argparse.Namespace) -> int:
+    from depthlab.errors import UserError
+    from depthlab.generate import next_token
+
+    if args.show <= 0:
+        raise UserError(f"--show must be > 0, got {args.show}")
+    model, tok, ids = _load(args)
+    shapes, top = next_token(model, ids, args.show)
+    if args.json:
+        print_json({
+            "tokens": [{"id": i, "text": _piece(tok, i)} for i in ids],
+            "shapes": [{"stage": s, "shape": list(sh)} for s, sh in shapes],
+            "top": [{"id": i, "text": _piece(tok, i), "prob": p} for i, p in top],
+        })
+        return 0
+    print(f"Prompt: {len(ids)} tokens")
+    for i in ids:
+        print(f"  {i:>6}  {_piece(tok, i)!r}" if tok is not None else f"  {i:>6}")
+    print("\nShape after each stage (batch dimension omitted):")
+    for stage, shape in shapes:
+        print(f"  {stage:<28} [{' x '.join(map(str, shape))}]")
+    print(f"\nTop {len(top)} next tokens:")
+    for i, p in top:
+        label = repr(_piece(tok, i)) if tok is not None else ""
+        print(f"  {p:8.2%}  {i:>6}  {label}")
+    return 0
