@@ -105,6 +105,7 @@ _COMMENTARY = re.compile(r"【[^】]*】|［[^］]*］|（[^）]*）")
 
 def clean_hongloumeng(text: str) -> str:
     text = _COMMENTARY.sub("", text.replace("\r\n", "\n"))
+    text = text.translate({ord(c): None for c in "【】［］"})  # the source's few unpaired ones
     text = re.sub(r"[ \t\u3000]+\n", "\n", text)
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
