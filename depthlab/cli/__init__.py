@@ -16,6 +16,7 @@ COMMANDS = [
     "depthlab.cli.model_cmd",
     "depthlab.cli.train_cmd",
     "depthlab.cli.generate_cmd",
+    "depthlab.cli.hf_cmd",
 ]
 
 

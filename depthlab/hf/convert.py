@@ -1,0 +1,158 @@
+"""Hugging Face checkpoint -> depthlab run directory, and back.
+
+Import builds our model on the `meta` device (no memory, no init), assigns the
+checkpoint's tensors by name and writes a run directory every other command
+reads. Export writes config.json + model.safetensors that Transformers'
+`AutoModelForCausalLM.from_pretrained` loads with the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from depthlab import rundir
+from depthlab.config import Config
+from depthlab.errors import UserError
+from depthlab.hf.config_map import hf_config_from_model, run_config_from_hf
+from depthlab.hf.weights import (
+    SINGLE_FILE,
+    hf_name,
+    is_ignored,
+    read_tensors,
+    weight_files,
+)
+
+HF_CONFIG = "config.json"
+
+
+@dataclass(frozen=True)
+class Converted:
+    """What a conversion wrote, for the CLI's report."""
+
+    out_dir: Path
+    architecture: str
+    config: Config
+    n_params: int
+    tokenizer: bool
+
+
+def _read_json(path: Path) -> dict:
+    if not path.exists():
+        raise UserError(f"{path}: missing; is {path.parent} a Hugging Face checkpoint directory?")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return raw
+
+
+def _check_out(out_dir: Path, marker: str, force: bool) -> None:
+    if (out_dir / marker).exists() and not force:
+        raise UserError(f"{out_dir} already holds {marker}; choose another --out or add --force")
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    rundir.atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
+
+
+def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None = torch.float32,
+                      force: bool = False) -> Converted:
+    """Convert a Llama/Qwen2/Qwen3 checkpoint into a run directory.
+
+    `dtype` None keeps the checkpoint's dtype on disk (half the size for bf16);
+    `rundir.load_model` casts to the model's float32 either way.
+    """
+    from depthlab.model import Transformer
+
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    if not hf_dir.is_dir():
+        raise UserError(f"{hf_dir}: no such directory")
+    raw = _read_json(hf_dir / HF_CONFIG)
+    tokenizer = hf_dir / rundir.TOKENIZER_FILE
+    cfg, kind = run_config_from_hf(raw, has_tokenizer=tokenizer.exists())
+    files = weight_files(hf_dir)
+    _check_out(out_dir, rundir.CONFIG_FILE, force)
+
+    with torch.device("meta"):
+        model = Transformer(cfg.model)
+    ours = list(model.state_dict())
+    wanted = {name: hf_name(name) for name in ours}
+    missing = [theirs for theirs in wanted.values() if theirs not in files]
+    if missing:
+        raise UserError(f"{hf_dir}: tensor {missing[0]!r} is missing "
+                        f"({len(missing)} missing in all) for a {kind} model with this config.json")
+    used = set(wanted.values())
+    if cfg.model.tie_embeddings:
+        used.add("lm_head.weight")  # a tied checkpoint may still store a copy; the head is the embedding
+    extra = sorted(n for n in files if n not in used and not is_ignored(n))
+    if extra:
+        raise UserError(f"{hf_dir}: tensor {extra[0]!r} has no place in a {kind} model with this "
+                        f"config.json ({len(extra)} unused in all)")
+
+    tensors = read_tensors(files, list(wanted.values()))
+    state = {}
+    for ours_name, theirs in wanted.items():
+        t = tensors.pop(theirs)
+        state[ours_name] = t.to(dtype) if dtype is not None else t
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as e:
+        first = str(e).split("\n\t")[1] if "\n\t" in str(e) else str(e)
+        raise UserError(f"{hf_dir}: weights do not fit config.json ({first.strip()})") from None
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rundir.save_weights(out_dir, model)
+    if tokenizer.exists():
+        _copy_file(tokenizer, out_dir / rundir.TOKENIZER_FILE)
+    rundir.write_config(out_dir, cfg, source={"format": "huggingface", "architecture": kind,
+                                              "path": str(hf_dir.resolve())})
+    n_params = sum(t.numel() for t in state.values())
+    return Converted(out_dir, kind, cfg, n_params, tokenizer.exists())
+
+
+def _is_tokenizers_file(path: Path) -> bool:
+    """True for a `tokenizers` JSON file (what Transformers' fast tokenizers read)."""
+    if not path.exists():
+        return False
+    try:
+        from tokenizers import Tokenizer
+
+        Tokenizer.from_file(str(path))
+    except Exception:  # any parse failure means: not a tokenizers file
+        return False
+    return True
+
+
+def export_run(run_dir: Path, out_dir: Path, *, force: bool = False) -> Converted:
+    """Write a run directory as a Hugging Face checkpoint (float32, one safetensors file)."""
+    from safetensors.torch import save_file
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    cfg, _ = rundir.read_config(run_dir)
+    hf_config = hf_config_from_model(cfg.model)  # refuses before any weights are read
+    _check_out(out_dir, HF_CONFIG, force)
+    model, cfg = rundir.load_model(run_dir)
+    state = {hf_name(name): t.detach().to(torch.float32).contiguous()
+             for name, t in model.state_dict().items()}
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Transformers refuses safetensors files without format=pt in their metadata.
+    rundir.atomic_write(out_dir / SINGLE_FILE,
+                        lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+    tokenizer = run_dir / rundir.TOKENIZER_FILE
+    has_tokenizer = _is_tokenizers_file(tokenizer)
+    if has_tokenizer:
+        _copy_file(tokenizer, out_dir / rundir.TOKENIZER_FILE)
+        # Use tokenizer.json as it is, without model-specific special-token rules.
+        rundir.atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
+    rundir.atomic_write_text(out_dir / HF_CONFIG, json.dumps(hf_config, indent=2))
+    n_params = sum(t.numel() for t in state.values())
+    return Converted(out_dir, hf_config["architectures"][0], cfg, n_params, has_tokenizer)
