@@ -1,0 +1,82 @@
+"""Generation and the next-token view on a tiny trained run, with and without a tokenizer."""
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from depthlab.cli import main
+from depthlab.generate import generate
+from depthlab.presets import tiny
+from depthlab.rundir import load_model
+from depthlab.train import train
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gen")
+    cfg = tiny()
+    cfg = replace(cfg, data=replace(cfg.data, corpus=str(DATA / "tiny_hongloumeng.txt")),
+                  train=replace(cfg.train, steps=20))
+    train(cfg, root / "run", progress=False, cache_root=root / "cache")
+    return root / "run"
+
+
+def test_greedy_is_deterministic_and_sampling_follows_the_seed(run):
+    model, _ = load_model(run)
+    prompt = [1, 2, 3]
+    a = generate(model, prompt, 12, greedy=True)
+    assert len(a) == 12 and a == generate(model, prompt, 12, greedy=True)
+    s1 = generate(model, prompt, 12, temperature=1.0, top_k=5, seed=7)
+    assert s1 == generate(model, prompt, 12, temperature=1.0, top_k=5, seed=7)
+    top1 = generate(model, prompt, 12, top_k=1, seed=3)
+    assert top1 == a  # top-k 1 is greedy
+
+
+def test_generate_cli_json(run, capsys):
+    assert main(["generate", "--run", str(run), "--prompt", "宝玉", "--tokens", "8",
+                 "--greedy", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"prompt", "prompt_ids", "ids", "text"}
+    assert out["prompt"] == "宝玉" and len(out["ids"]) == 8 and len(out["text"]) == 8
+
+
+def test_next_token_cli_json(run, capsys):
+    assert main(["next-token", "--run", str(run), "--prompt", "宝玉", "--show", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"tokens", "shapes", "top"}
+    assert [t["text"] for t in out["tokens"]] == ["宝", "玉"]
+    stages = [s["stage"] for s in out["shapes"]]
+    assert stages == ["hook_embed", "blocks.0.hook_resid_post", "blocks.1.hook_resid_post",
+                      "hook_final", "logits"]
+    assert out["shapes"][0]["shape"] == [2, 32]
+    probs = [t["prob"] for t in out["top"]]
+    assert len(probs) == 4 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
+
+
+def test_prompt_ids_without_tokenizer(run, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    shutil.copytree(run, bare)
+    (bare / "tokenizer.json").unlink()
+    assert main(["generate", "--run", str(bare), "--prompt-ids", "1,2,3", "--tokens", "4",
+                 "--greedy", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["prompt_ids"] == [1, 2, 3] and len(out["ids"]) == 4 and out["text"] is None
+    assert main(["next-token", "--run", str(bare), "--prompt-ids", "5,6"]) == 0
+    assert "Top 10 next tokens" in capsys.readouterr().out
+    assert main(["generate", "--run", str(bare), "--prompt", "宝玉"]) == 2
+    assert "--prompt-ids" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, phrase", [
+    (["--prompt-ids", "1,x"], "--prompt-ids"),
+    (["--prompt-ids", "99999"], "outside the model's vocabulary"),
+    (["--prompt", "宝", "--temperature", "0"], "--greedy"),
+])
+def test_generate_errors(run, capsys, argv, phrase):
+    assert main(["generate", "--run", str(run), *argv]) == 2
+    assert phrase in capsys.readouterr().err
