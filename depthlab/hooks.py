@@ -85,13 +85,13 @@ class HookedModule(nn.Module):
         """Attach forward hooks (may replace the tensor) and backward hooks (see the
         gradient arriving at the site) by name; they are removed on exit, even on error."""
         points = self.hook_points()
+        fwd, bwd = list(fwd), list(bwd)
+        self._select([name for name, _ in fwd + bwd])  # check every name in one pass
         handles = []
         try:
             for name, fn in fwd:
-                self._select([name])
                 handles.append(points[name].register_forward_hook(_forward_adapter(name, fn)))
             for name, fn in bwd:
-                self._select([name])
                 handles.append(points[name].register_forward_hook(_backward_adapter(name, fn)))
             yield self
         finally:

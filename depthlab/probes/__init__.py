@@ -1,0 +1,64 @@
+"""Live probes of deep stacks at init, exact arithmetic and model anatomy (LESSON 2, 3, 5).
+
+Every probe is a pure, cached function of a frozen, hashable request and returns a
+result with `to_json()`. The functions never change torch's global thread count:
+a server should call `use_single_thread()` once at start-up, since these tensors are
+small and one thread answers fastest and leaves the other cores to other requests.
+"""
+
+from depthlab.probes.anatomy import (
+    Anatomy,
+    anatomy,
+    anatomy_of,
+    anatomy_of_preset,
+    evolution_table,
+    model_config_from_hf,
+    shipped_configs,
+)
+from depthlab.probes.exact import (
+    NormComparison,
+    PathExpansion,
+    compare_norms,
+    residual_init_std,
+    residual_paths,
+)
+from depthlab.probes.growth import (
+    GrowthRequest,
+    GrowthResult,
+    RealGrowthResult,
+    real_growth,
+    stream_growth,
+)
+from depthlab.probes.real import RealRequest, RealResult, real_probe
+from depthlab.probes.simulator import (
+    MAX_DEPTH,
+    PAGE_MAX_DEPTH,
+    SWEEP_GAINS,
+    CollapseResult,
+    GradResult,
+    StackRequest,
+    SweepResult,
+    gain_sweep,
+    gradient_reach,
+    mean_cosine,
+    rel_distance,
+    token_collapse,
+)
+
+
+def use_single_thread() -> None:
+    """One torch thread: what the probes are sized and benchmarked for."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+__all__ = [
+    "MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS", "Anatomy", "CollapseResult", "GradResult",
+    "GrowthRequest", "GrowthResult", "NormComparison", "PathExpansion", "RealGrowthResult",
+    "RealRequest", "RealResult", "StackRequest", "SweepResult", "anatomy", "anatomy_of",
+    "anatomy_of_preset", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
+    "mean_cosine", "model_config_from_hf", "real_growth", "real_probe", "rel_distance",
+    "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
+    "token_collapse", "use_single_thread",
+]

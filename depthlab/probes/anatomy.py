@@ -1,0 +1,221 @@
+"""Model anatomy from a Hugging Face style config.json or a preset: shapes and parameters.
+
+The evolution table's figures (FFN width as a multiple of d, FFN share of all
+parameters, q_proj width with an output gate, residual writes) are computed here from
+the shipped configs in `depthlab/data/configs/` and the presets, never typed in.
+Parameter counts come from the model code itself, built on the `meta` device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from depthlab.config import ModelConfig, validate_model
+from depthlab.errors import ConfigError, UserError
+from depthlab.model.summary import build_meta, component_of
+
+CONFIG_PACKAGE = "depthlab.data"
+
+
+def shipped_configs() -> list[str]:
+    """Names of the configs shipped in depthlab/data/configs (file names without .json)."""
+    folder = resources.files(CONFIG_PACKAGE) / "configs"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_hf_config(name_or_path: str) -> dict[str, Any]:
+    """A shipped config by name, or any config.json path."""
+    if name_or_path in shipped_configs():
+        text = (resources.files(CONFIG_PACKAGE) / "configs" / f"{name_or_path}.json").read_text()
+        return json.loads(text)
+    path = Path(name_or_path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such config file; shipped configs: "
+                        f"{', '.join(shipped_configs())}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a readable JSON config ({e})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: a config.json must be a JSON object")
+    return raw
+
+
+def _need(raw: dict[str, Any], key: str) -> Any:
+    if key not in raw:
+        raise UserError(f"config.json has no {key!r} (model_type {raw.get('model_type')!r})")
+    return raw[key]
+
+
+def model_config_from_hf(raw: dict[str, Any]) -> ModelConfig:
+    """Map a GPT-2 or Llama-family (llama, mistral, qwen2, qwen3) config.json to a ModelConfig."""
+    kind = raw.get("model_type")
+    try:
+        if kind == "gpt2":
+            d = _need(raw, "n_embd")
+            cfg = ModelConfig(
+                vocab_size=_need(raw, "vocab_size"), context_len=raw.get("n_positions", 1024),
+                n_layers=_need(raw, "n_layer"), d_model=d, n_heads=_need(raw, "n_head"),
+                d_ff=raw.get("n_inner") or 4 * d, ffn="gelu", norm="layernorm",
+                norm_eps=raw.get("layer_norm_epsilon", 1e-5), position="learned", bias=True,
+                tie_embeddings=raw.get("tie_word_embeddings", True), scaled_init=True,
+            )
+        elif kind in ("llama", "mistral", "qwen2", "qwen3"):
+            zero_centered = bool(raw.get("zero_centered_norm", False))
+            cfg = ModelConfig(
+                vocab_size=_need(raw, "vocab_size"),
+                context_len=raw.get("max_position_embeddings", 4096),
+                n_layers=_need(raw, "num_hidden_layers"), d_model=_need(raw, "hidden_size"),
+                n_heads=_need(raw, "num_attention_heads"),
+                n_kv_heads=raw.get("num_key_value_heads"), head_dim=raw.get("head_dim"),
+                d_ff=_need(raw, "intermediate_size"), ffn="swiglu",
+                norm="rmsnorm_zero_centered" if zero_centered else "rmsnorm",
+                norm_eps=raw.get("rms_norm_eps", 1e-6), qk_norm=kind == "qwen3",
+                attn_gate=bool(raw.get("attn_output_gate", False)),
+                rope_theta=float(raw.get("rope_theta", 10000.0)),
+                qkv_bias=kind == "qwen2" or bool(raw.get("attention_bias", False)),
+                tie_embeddings=bool(raw.get("tie_word_embeddings", False)), scaled_init=False,
+            )
+        else:
+            raise UserError(f"model_type {kind!r} is not supported; supported: gpt2, llama, "
+                            "mistral, qwen2, qwen3")
+        return validate_model(cfg)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise UserError(f"config.json has a value of the wrong type ({e})") from None
+
+
+@dataclass(frozen=True)
+class Anatomy:
+    name: str
+    source: str
+    model: ModelConfig
+    tokens: int
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # per token count T, batch omitted
+    params_by_component: dict[str, int]
+    params_per_layer: dict[str, int]  # attention, ffn, norm, total (one block)
+    total_params: int
+    ffn_share: float  # FFN parameters / all parameters
+    ffn_multiple: float  # d_ff / d
+    q_proj_width: int  # with an output gate: 2 x heads x head size
+    n_writes: int  # 2L
+    init_std: float
+    residual_init_std: float  # 0.02 / sqrt(2L), the GPT-2 rule
+
+    def to_json(self) -> dict:
+        return {"kind": "anatomy", "name": self.name, "source": self.source,
+                "model": asdict(self.model), "tokens": self.tokens,
+                "shapes": [{"stage": s, "shape": list(sh)} for s, sh in self.shapes],
+                "params_by_component": dict(self.params_by_component),
+                "params_per_layer": dict(self.params_per_layer),
+                "total_params": self.total_params, "ffn_share": self.ffn_share,
+                "ffn_multiple": self.ffn_multiple, "q_proj_width": self.q_proj_width,
+                "attn_gate": self.model.attn_gate, "n_writes": self.n_writes,
+                "init_std": self.init_std, "residual_init_std": self.residual_init_std}
+
+
+@lru_cache(maxsize=128)
+def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "") -> Anatomy:
+    """Shapes at every stage for T tokens and parameters per component and per layer."""
+    if not isinstance(tokens, int) or not 1 <= tokens <= 4096:
+        raise UserError(f"tokens must be an integer between 1 and 4096, got {tokens!r}")
+    m = validate_model(model)
+    by_component, block = _param_counts(m)
+    T, d, H, K, E = tokens, m.d_model, m.n_heads, m.kv_heads, m.head_size
+    q_width = H * E * (2 if m.attn_gate else 1)
+    shapes = [
+        ("embedding", (T, d)),
+        ("q_proj (query" + (" | gate)" if m.attn_gate else ")"), (T, q_width)),
+        ("k_proj", (T, K * E)),
+        ("v_proj", (T, K * E)),
+        ("attention scores", (H, T, T)),
+        ("attention output (o_proj in)", (T, H * E)),
+        ("attention write", (T, d)),
+        ("ffn hidden", (T, m.ffn_hidden)),
+        ("ffn write", (T, d)),
+        ("logits", (T, m.vocab_size)),
+    ]
+    total = sum(by_component.values())
+    ffn = by_component.get("ffn", 0)
+    return Anatomy(
+        name=name, source=source, model=m, tokens=T, shapes=tuple(shapes),
+        params_by_component=by_component, params_per_layer=block,
+        total_params=total, ffn_share=ffn / total, ffn_multiple=m.ffn_hidden / d,
+        q_proj_width=q_width, n_writes=m.n_writes, init_std=m.init_std,
+        residual_init_std=m.init_std / math.sqrt(m.n_writes),
+    )
+
+
+def _param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int]]:
+    """Parameters by component and of one block, from a one-block copy of the model on the
+    meta device (the blocks are identical, so L blocks are L copies of it: building a
+    95-layer model would take seconds)."""
+    one = build_meta(replace(m, n_layers=1))
+    by_component: dict[str, int] = {}
+    block = {"attention": 0, "ffn": 0, "norm": 0}
+    for pname, p in one.named_parameters():
+        key = component_of(pname)
+        in_block = pname.startswith("blocks.")
+        by_component[key] = by_component.get(key, 0) + p.numel() * (m.n_layers if in_block else 1)
+        if in_block:
+            block[key] += p.numel()
+    block["total"] = sum(block.values())
+    return by_component, block
+
+
+def anatomy_of(name_or_path: str, tokens: int = 5) -> Anatomy:
+    """Anatomy of a shipped config name (see `shipped_configs()`) or a config.json path."""
+    raw = load_hf_config(name_or_path)
+    return anatomy(model_config_from_hf(raw), tokens, name=Path(name_or_path).stem,
+                   source=str(raw.get("_source", name_or_path)))
+
+
+def anatomy_of_preset(preset: str, tokens: int = 5) -> Anatomy:
+    from depthlab.presets import PRESETS, get_preset
+
+    cfg = get_preset(preset).model
+    doc = (PRESETS[preset].__doc__ or "").strip().splitlines()[0]
+    return anatomy(cfg, tokens, name=preset, source=f"preset {preset!r}: {doc}")
+
+
+# The lesson's generations, each computed from a preset or a shipped config.
+EVOLUTION = (
+    ("2017 original", "preset", "vaswani2017", {"d_model": 512, "n_heads": 8, "n_layers": 6,
+                                                "vocab_size": 37000}),
+    ("2019 GPT-2", "config", "gpt2", {}),
+    ("2020-23 Llama style", "config", "llama-2-7b", {}),
+    ("2020-23 Llama style", "config", "deepseek-llm-67b", {}),
+    ("2025 Qwen3 dense", "config", "qwen3-14b", {}),
+    ("2025 Qwen3 dense", "config", "qwen3-32b", {}),
+    ("2025-26 anchor (lesson)", "config", "lesson-anchor", {}),
+)
+
+
+def evolution_table() -> list[dict[str, Any]]:
+    """One row per model: FFN kind and width, FFN share, q_proj width, norm, writes, init."""
+    rows = []
+    for generation, kind, name, overrides in EVOLUTION:
+        if kind == "preset":
+            a = anatomy_of_preset(name)
+            a = anatomy(replace(a.model, **overrides), name=name,
+                        source=a.source + " at Transformer-base size (d 512, 8 heads, 6 layers)")
+        else:
+            a = anatomy_of(name)
+        m = a.model
+        rows.append({
+            "generation": generation, "name": a.name, "source": a.source,
+            "ffn": m.ffn, "d_model": m.d_model, "d_ff": m.ffn_hidden,
+            "ffn_multiple": round(a.ffn_multiple, 3), "ffn_share": a.ffn_share,
+            "q_proj_in": m.d_model, "q_proj_width": a.q_proj_width, "attn_gate": m.attn_gate,
+            "norm": m.norm, "placement": m.placement, "qk_norm": m.qk_norm,
+            "n_layers": m.n_layers, "n_writes": a.n_writes, "total_params": a.total_params,
+            "residual_init_std": a.residual_init_std if m.scaled_init else m.init_std,
+        })
+    return rows

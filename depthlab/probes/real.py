@@ -1,0 +1,91 @@
+"""The same questions asked of the real model: `depthlab.model.Transformer` at init.
+
+Built from any `ModelConfig` (every preset, every switch), read only through the hook
+points, in float64. Sublayer l's input is the stream it reads: `blocks.i.hook_resid_pre`
+(attention) and `blocks.i.hook_resid_mid` (FFN); its write lands in `hook_resid_mid` /
+`hook_resid_post`. The input is the model's own embedding of random tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+import torch
+
+from depthlab.config import ModelConfig, validate_model
+from depthlab.errors import UserError
+from depthlab.model import Transformer
+from depthlab.probes.simulator import json_list, json_number, mean_cosine, rel_distance
+
+MAX_REAL_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class RealRequest:
+    model: ModelConfig
+    tokens: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        validate_model(self.model)
+        limit = min(MAX_REAL_TOKENS, self.model.context_len)
+        if not isinstance(self.tokens, int) or not 2 <= self.tokens <= limit:
+            raise UserError(f"tokens must be an integer between 2 and {limit}, got {self.tokens!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise UserError(f"seed must be an integer >= 0, got {self.seed!r}")
+
+    def to_json(self) -> dict:
+        return {"model": asdict(self.model), "tokens": self.tokens, "seed": self.seed}
+
+
+@dataclass(frozen=True)
+class RealResult:
+    """Per sublayer (2L of them, bottom first) and per stream state (2L + 1, index 0 = embedding)."""
+
+    request: RealRequest
+    sublayers: tuple[str, ...]  # "0.attn", "0.mlp", "1.attn", ...
+    grad_norm: tuple[float, ...]  # |dLoss/d(stream read by sublayer l)|
+    per_layer: tuple[float, ...]  # relative to the top sublayer
+    ratio: float  # bottom / top
+    stream_rms: tuple[float, ...]  # index 0 = embedding, k = after write k
+    rel_distance: tuple[float, ...]  # token collapse of the stream, same indexing
+    mean_cosine: tuple[float, ...]
+
+    def to_json(self) -> dict:
+        # A stack without residual can shrink the stream to exactly 0: 0/0 becomes null.
+        return {"kind": "real", "request": self.request.to_json(),
+                "sublayers": list(self.sublayers), "ratio": json_number(self.ratio),
+                "per_layer": json_list(self.per_layer), "grad_norm": json_list(self.grad_norm),
+                "stream_rms": json_list(self.stream_rms),
+                "rel_distance": json_list(self.rel_distance),
+                "mean_cosine": json_list(self.mean_cosine)}
+
+
+@lru_cache(maxsize=64)
+def real_probe(req: RealRequest) -> RealResult:
+    """Gradient reach, stream RMS and token collapse of a freshly initialised model."""
+    torch.manual_seed(req.seed)
+    model = Transformer(req.model).to(torch.float64)
+    gen = torch.Generator().manual_seed(req.seed)
+    idx = torch.randint(0, req.model.vocab_size, (1, req.tokens), generator=gen)
+    readout = torch.randn(1, req.tokens, req.model.vocab_size, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        x = model.embed(idx)
+    x.requires_grad_()  # so the gradient arriving at the bottom sublayer is recorded too
+    reads, writes = [], []
+    for i in range(req.model.n_layers):
+        reads += [f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_mid"]
+        writes += [f"blocks.{i}.hook_resid_mid", f"blocks.{i}.hook_resid_post"]
+    # Loss: a fixed random readout of the logits, so only the stack shapes the gradient.
+    _, cache = model.run_with_cache(embeds=x, names=list(dict.fromkeys(reads + writes)),
+                                    grad_of=lambda logits: (logits * readout).sum())
+    norms = torch.stack([cache.grads[n].norm() for n in reads])
+    states = torch.stack([x] + [cache[n] for n in writes])[:, 0]  # [2L + 1, T, D]
+    per_layer = norms / norms[-1]
+    return RealResult(
+        req, tuple(f"{i}.{kind}" for i in range(req.model.n_layers) for kind in ("attn", "mlp")),
+        tuple(norms.tolist()), tuple(per_layer.tolist()), float(per_layer[0]),
+        tuple(states.pow(2).mean(dim=(-2, -1)).sqrt().tolist()),
+        tuple(rel_distance(states).tolist()), tuple(mean_cosine(states).tolist()),
+    )

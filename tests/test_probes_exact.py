@@ -1,0 +1,107 @@
+"""Known answers: path expansion, the two norms on small vectors, the residual init,
+and the real model at init asked the same questions as the simulator."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from depthlab.errors import UserError
+from depthlab.presets import get_preset
+from depthlab.probes import (
+    RealRequest,
+    compare_norms,
+    real_growth,
+    real_probe,
+    residual_init_std,
+    residual_paths,
+)
+
+
+def test_two_layer_expansion_is_the_lessons_four_paths():
+    p = residual_paths(2, 0.5)
+    assert [v for _, v in p.paths] == [1.0, 0.5, 0.5, 0.25]
+    assert [layers for layers, _ in p.paths] == [(), (1,), (2,), (1, 2)]
+    assert p.residual_output == 2.25 and p.plain_output == 0.25
+    assert p.jacobian == 2.25 and p.plain_jacobian == 0.25
+    assert [g.n_paths for g in p.groups] == [1, 2, 1]
+
+
+@pytest.mark.parametrize("depth,scale", [(1, 0.3), (5, 0.5), (10, -0.7), (32, 1.2)])
+def test_expansion_equals_the_closed_form(depth, scale):
+    p = residual_paths(depth, scale, x0=2.0)
+    assert p.residual_output == pytest.approx(2.0 * (1 + scale) ** depth, rel=1e-12)
+    assert sum(g.n_paths for g in p.groups) == 2**depth
+    assert p.groups[-1].total == pytest.approx(p.plain_output)
+    assert math.prod(p.jacobian_factors) == pytest.approx(p.jacobian)
+    json.dumps(p.to_json())
+
+
+def test_norms_on_three_four():
+    n = compare_norms([3, 4])
+    assert n.mean == 3.5 and n.variance == 0.25 and n.mean_square == 12.5
+    assert n.rms == pytest.approx(3.5355, abs=1e-4)
+    assert n.rmsnorm == pytest.approx((0.8485, 1.1314), abs=1e-4)
+    assert n.layernorm == pytest.approx((-1.0, 1.0), abs=1e-4)
+    assert n.centred == (-0.5, 0.5)
+
+
+def test_scaled_vectors_normalise_to_the_same_vector():
+    a, b = compare_norms([2, 4, 6, 8]), compare_norms([200, 400, 600, 800])
+    assert a.rmsnorm == pytest.approx(b.rmsnorm, rel=1e-6)
+    assert a.layernorm == pytest.approx(b.layernorm, abs=1e-4)
+
+
+@pytest.mark.parametrize("bad", [[], [1.0, float("nan")], [float("inf")]])
+def test_bad_vectors(bad):
+    with pytest.raises(UserError):
+        compare_norms(bad)
+
+
+def test_residual_init_std():
+    assert residual_init_std(4) == pytest.approx(0.00707, abs=1e-5)
+    assert residual_init_std(64) == pytest.approx(0.02 / math.sqrt(128))
+    with pytest.raises(UserError):
+        residual_init_std(0)
+
+
+def _small(**changes):
+    m = get_preset("course").model
+    return replace(m, d_model=32, n_heads=2, vocab_size=256, context_len=64, **changes)
+
+
+def test_real_block_probe_reports_every_sublayer():
+    res = real_probe(RealRequest(_small(n_layers=3), tokens=8))
+    assert res.sublayers == ("0.attn", "0.mlp", "1.attn", "1.mlp", "2.attn", "2.mlp")
+    assert len(res.per_layer) == 6 and res.per_layer[-1] == 1.0
+    assert len(res.stream_rms) == len(res.rel_distance) == 7
+    json.dumps(res.to_json(), allow_nan=False)
+
+
+def test_real_block_scaled_write_back_keeps_the_stream_flatter():
+    growth = real_growth(_small(n_layers=8, init_gain=8.0), tokens=16)
+    rows = {(r.scaled_init, r.residual): r.growth for r in growth.rows}
+    assert rows[(False, "plain")] > rows[(True, "plain")] > 1.0
+    assert rows[(False, "scaled")] < rows[(False, "plain")]
+    json.dumps(growth.to_json())
+
+
+@pytest.mark.parametrize("preset", ["course", "vaswani2017", "gpt2", "llama", "qwen3",
+                                    "qwen_next", "olmo2", "tiny"])
+def test_real_block_probe_runs_for_every_preset(preset):
+    m = replace(get_preset(preset).model, n_layers=2, d_model=32, n_heads=2, vocab_size=128,
+                context_len=32, n_kv_heads=None)
+    res = real_probe(RealRequest(m, tokens=6))
+    assert all(math.isfinite(v) and v > 0 for v in res.grad_norm)
+
+
+def test_real_block_without_residual_loses_more_gradient():
+    # Without the adds, each 0.02-init sublayer shrinks the stream ~10x and the gradient with it.
+    plain = real_probe(RealRequest(_small(residual="none", n_layers=4), tokens=8))
+    resid = real_probe(RealRequest(_small(residual="plain", n_layers=4), tokens=8))
+    assert plain.ratio < 1e-3
+    assert 0.5 < resid.ratio < 2.0
+    assert plain.stream_rms[-1] < 1e-3 * plain.stream_rms[0]
+    dead = real_probe(RealRequest(_small(residual="none", n_layers=12), tokens=8))
+    json.dumps(dead.to_json(), allow_nan=False)  # 0/0 becomes null, not NaN
