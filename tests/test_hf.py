@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from depthlab import rundir  # noqa: E402
 from depthlab.cli import main  # noqa: E402
+from depthlab.generate import generate  # noqa: E402
 from depthlab.hf import import_checkpoint  # noqa: E402
 from depthlab.model import Transformer  # noqa: E402
 from depthlab.presets import get_preset  # noqa: E402
@@ -42,14 +43,6 @@ def tiny_hf(kind: str, tie: bool, seed: int = 0, **extra):
             if "norm" in name or name.endswith(".bias"):
                 p.add_(0.3 * torch.randn_like(p))
     return model
-
-
-def greedy(model: Transformer, ids: torch.Tensor, n: int) -> torch.Tensor:
-    for _ in range(n):
-        with torch.no_grad():
-            nxt = model(ids)[:, -1].argmax(-1, keepdim=True)
-        ids = torch.cat([ids, nxt], dim=1)
-    return ids
 
 
 CASES = [
@@ -85,7 +78,8 @@ def test_import_matches_transformers(tmp_path, kind, tie, shard):
     prompt = ids[:2, :5]
     expected = hf.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0,
                            attention_mask=torch.ones_like(prompt))
-    assert torch.equal(greedy(ours, prompt, 20), expected)
+    for row, full in zip(prompt.tolist(), expected.tolist(), strict=True):
+        assert generate(ours, row, 20, greedy=True) == full[5:]
 
 
 def test_older_config_spelling(tmp_path):
@@ -176,42 +170,43 @@ def test_probe_on_an_imported_model(tmp_path, capsys):
     ids = Tokenizer.from_file(str(run / "tokenizer.json")).encode(prompt).ids
     assert result["prompt_ids"] == ids and len(ids) >= 4
     L = 3
-    assert [w["write"] for w in result["stream_growth"]] == list(range(2 * L + 1))
-    assert len(result["gradient_reach"]) == L and len(result["collapse"]) == L + 1
+    assert result["sublayers"] == ["0.attn", "0.mlp", "1.attn", "1.mlp", "2.attn", "2.mlp"]
+    assert len(result["stream_rms"]) == len(result["rel_distance"]) == 2 * L + 1
 
-    # Stream RMS after each block = RMS of Transformers' hidden states (the last is normed there).
+    # Stream after each block = Transformers' hidden states (its last one is normed, so skip it).
     with torch.no_grad():
         states = hf(torch.tensor([ids]), output_hidden_states=True).hidden_states
-    rms = [w["rms"] for w in result["stream_growth"]]
     for i in range(L):
-        assert rms[2 * i] == pytest.approx(states[i].pow(2).mean().sqrt().item(), rel=1e-4)
+        expected = states[i].pow(2).mean().sqrt().item()
+        assert result["stream_rms"][2 * i] == pytest.approx(expected, rel=1e-4)
 
     # Gradient reach: d(loss)/d(stream) at block 0's input, from a separate autograd pass.
     ours, _ = rundir.load_model(run)
     x = ours.embed(torch.tensor([ids])).detach().requires_grad_(True)
-    logits = ours(embeds=x)
-    torch.nn.functional.cross_entropy(logits[0, :-1], torch.tensor(ids[1:])).backward()
-    assert result["gradient_reach"][0]["grad_norm"] == pytest.approx(x.grad.norm().item(), rel=1e-4)
-    assert all(g["grad_norm"] > 0 for g in result["gradient_reach"])
-    assert result["loss"] == pytest.approx(
-        torch.nn.functional.cross_entropy(logits[0, :-1], torch.tensor(ids[1:])).item(), rel=1e-5)
+    loss = torch.nn.functional.cross_entropy(ours(embeds=x)[0, :-1], torch.tensor(ids[1:]))
+    loss.backward()
+    assert result["grad_norm"][0] == pytest.approx(x.grad.norm().item(), rel=1e-4)
+    assert result["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    assert result["per_layer"][-1] == 1.0 and result["ratio"] == result["per_layer"][0]
+    from depthlab.hf.probe import probe_model
 
-    # Collapse: both measures stay in range, and a stream
-    # of identical tokens reads as fully collapsed.
-    for c in result["collapse"]:
-        assert 0 <= c["centred_ratio"] <= 1 + 1e-9 and -1 <= c["mean_cosine"] <= 1
-    from depthlab.hf.probe import collapse
+    fresh, _ = rundir.load_model(run)
+    assert probe_model(fresh, ids)["grad_norm"] == result["grad_norm"]
+    assert all(p.grad is None and p.requires_grad for p in fresh.parameters())  # left as found
 
-    same = torch.randn(1, 8).repeat(5, 1)
-    ratio, cos = collapse(same)
-    assert ratio < 1e-6 and cos == pytest.approx(1.0)
-    ratio, cos = collapse(torch.eye(4))
-    assert ratio == pytest.approx((3 / 4) ** 0.5) and cos == pytest.approx(0.0)
+    # Collapse on Transformers' embedding output, by the formulas.
+    emb = states[0][0].double()
+    centred = emb - emb.mean(0)
+    assert result["rel_distance"][0] == pytest.approx((centred.norm() / emb.norm()).item(), rel=1e-6)
+    unit = torch.nn.functional.normalize(emb, dim=-1)
+    n = len(ids)
+    assert result["mean_cosine"][0] == pytest.approx(((unit @ unit.T).sum().item() - n) / (n * (n - 1)), rel=1e-6)
 
-    # The text report prints the same three tables.
+    # The text report prints both tables.
     assert main(["hf", "probe", str(run), "--ids", ",".join(map(str, ids))]) == 0
     out = capsys.readouterr().out
-    assert "Residual stream RMS" in out and "Gradient norm" in out and "collapse" in out
+    assert "Gradient of the LM loss" in out and "mean pairwise cosine" in out
+    assert main(["hf", "probe", str(run), "--ids", "5"]) == 2  # one token has no pairs
 
 
 def test_export_copies_the_tokenizer(tmp_path):
@@ -224,3 +219,25 @@ def test_export_copies_the_tokenizer(tmp_path):
 
     text = "the residual stream"
     assert tok(text)["input_ids"] == Tokenizer.from_file(str(run / "tokenizer.json")).encode(text).ids
+
+
+def test_trained_run_exports(tmp_path, monkeypatch, capsys):
+    """A run trained by `depthlab train` (BPE tokenizer) -> export -> same logits and tokens."""
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("To be, or not to be, that is the question: whether tis nobler in "
+                      "the mind to suffer the slings and arrows of outrageous fortune.\n" * 40)
+    run, hf_dir = tmp_path / "run", tmp_path / "hf"
+    assert main(["train", "--preset", "tiny", "--corpus", str(corpus), "--tokenizer", "bpe",
+                 "--steps", "3", "--out", str(run), "--no-progress", "--threads", "1",
+                 "--set", "data.bpe_vocab=256", "--set", "train.eval_every=3",
+                 "--set", "train.eval_tokens=256"]) == 0
+    assert main(["hf", "export", str(run), "--out", str(hf_dir)]) == 0
+    ours, _ = rundir.load_model(run)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    ids = torch.randint(0, 256, (2, 40))
+    with torch.no_grad():
+        assert (hf(ids).logits - ours(ids)).abs().max() < 1e-4
+    text = "whether tis nobler"
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    assert tok(text)["input_ids"] == rundir.load_tokenizer(run).encode(text)

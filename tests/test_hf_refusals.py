@@ -195,3 +195,19 @@ def test_keep_dtype_stores_bfloat16_and_loads_as_float32(tmp_path):
     assert all(p.dtype == torch.float32 for p in model.parameters())
     torch.testing.assert_close(model.embed_tokens.weight,
                                state["model.embed_tokens.weight"].float(), rtol=0, atol=0)
+
+
+def test_char_tokenizer_is_not_exported_and_probe_needs_ids(tmp_path, capsys):
+    from depthlab.tokenizer import CharTokenizer
+
+    run = _run_with(tmp_path)
+    rundir.save_weights(run, Transformer(rundir.read_config(run)[0].model))
+    assert main(["hf", "probe", str(run), "--prompt", "hello"]) == 2
+    assert "give token ids with --ids" in capsys.readouterr().err
+    CharTokenizer.train("hello world").save(run / "tokenizer.json")
+    assert main(["hf", "export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "model.safetensors").exists()
+    assert not (tmp_path / "hf" / "tokenizer.json").exists()  # a char tokenizer has no HF form
+    capsys.readouterr()
+    assert main(["hf", "probe", str(run), "--prompt", "hello", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n_tokens"] == 5

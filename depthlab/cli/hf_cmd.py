@@ -93,15 +93,17 @@ def probe_cmd(args: argparse.Namespace) -> int:
         print_json(result)
         return 0
     print(f"{result['n_tokens']} tokens, LM loss {result['loss']:.4f}")
-    print("\nResidual stream RMS after each write (0 = embedding):")
-    for w in result["stream_growth"]:
-        print(f"  {w['write']:>4}  {w['site']:<28} {w['rms']:12.4f}")
-    print("\nGradient norm of the LM loss arriving at each block (hook_resid_pre):")
-    for g in result["gradient_reach"]:
-        print(f"  block {g['block']:>3}  {g['grad_norm']:12.4e}")
-    print("\nToken collapse per layer: ||X - 1 mean(X)^T||_F / ||X||_F, mean pairwise cosine:")
-    for c in result["collapse"]:
-        print(f"  layer {c['layer']:>3}  {c['centred_ratio']:8.4f}  {c['mean_cosine']:8.4f}")
+    print("\nGradient of the LM loss arriving at each sublayer's input (bottom first):")
+    print(f"  {'sublayer':<10} {'|grad|':>12} {'/ top':>10}")
+    for name, g, rel in zip(result["sublayers"], result["grad_norm"], result["per_layer"],
+                            strict=True):
+        print(f"  {name:<10} {g:12.4e} {rel:10.4f}")
+    print("\nThe residual stream after each write (0 = embedding); collapse = "
+          "||X - 1 mean(X)^T||_F / ||X||_F (0: all tokens equal) and mean pairwise cosine:")
+    print(f"  {'write':>5} {'RMS':>12} {'rel. dist.':>11} {'mean cos':>9}")
+    for k, (rms, dist, cos) in enumerate(zip(result["stream_rms"], result["rel_distance"],
+                                             result["mean_cosine"], strict=True)):
+        print(f"  {k:>5} {rms:12.4f} {dist:11.4f} {cos:9.4f}")
     return 0
 
 
