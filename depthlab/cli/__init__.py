@@ -17,6 +17,10 @@ COMMANDS = [
     "depthlab.cli.train_cmd",
     "depthlab.cli.generate_cmd",
     "depthlab.cli.hf_cmd",
+    "depthlab.cli.experiment_cmd",
+    "depthlab.cli.probe_cmd",
+    "depthlab.cli.anatomy_cmd",
+    "depthlab.cli.serve_cmd",
 ]
 
 

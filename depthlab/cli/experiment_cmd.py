@@ -1,0 +1,54 @@
+"""`depthlab experiment NAME`: the lesson's claims as reproducible grids of runs."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "experiment", help="run one of the lesson's experiments (--list shows them)",
+        description="Run an experiment: a grid of training (or init-time) runs that differ in "
+        "exactly the named switch. Finished runs are skipped and interrupted ones resume, so "
+        "running the same command twice does nothing the second time. Writes DIR/NAME/ with the "
+        "run directories, export.json (what the page draws), PNG+SVG charts and summary.md.",
+        epilog="Examples: depthlab experiment --list; depthlab experiment residual --budget quick",
+    )
+    p.add_argument("name", nargs="?", help="experiment name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the experiments and their questions")
+    p.add_argument("--budget", default="quick",
+                   help="micro (seconds, tests), quick (minutes; the main job), standard (the "
+                   "README's figures), full (a GPU); default: quick")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the budget's)")
+    p.add_argument("--out", default="runs", metavar="DIR", help="output folder (default: runs)")
+    p.add_argument("--corpus", default=None, metavar="NAME|PATH",
+                   help="corpus for training runs (default: shakespeare)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from depthlab.errors import UserError
+    from depthlab.experiments import BUDGETS, EXPERIMENTS
+
+    if args.list or not args.name:
+        for name, exp in EXPERIMENTS.items():
+            print(f"{name:<16} {exp.question}")
+        print("\nbudgets: " + "; ".join(f"{n}: {b.about}" for n, b in BUDGETS.items()))
+        return 0 if args.list else 2
+    if args.budget not in BUDGETS:
+        raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
+    import torch
+
+    from depthlab.experiments import run_experiment
+
+    torch.set_num_threads(1)  # runs go one at a time; tiny models are fastest on one thread
+    from pathlib import Path
+
+    command = "depthlab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
+    root = run_experiment(args.name, budget=args.budget, out_dir=Path(args.out), seeds=args.seeds,
+                          corpus=args.corpus, progress=not args.no_progress, command=command)
+    print((root / "summary.md").read_text(encoding="utf-8"))
+    return 0

@@ -1,0 +1,172 @@
+"""Run an experiment's grid one run at a time: skip finished runs, resume
+interrupted ones, keep status.json current for the page, then export.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from depthlab.config import diff, flatten
+from depthlab.errors import UserError
+from depthlab.experiments.spec import BUDGETS, Experiment, RunResult, RunSpec, base_config
+from depthlab.metrics import read_metrics
+from depthlab.rundir import atomic_write_text
+
+STATUS_FILE = "status.json"
+EXPORT_FILE = "export.json"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Status:
+    """status.json: what the page polls while an experiment runs."""
+
+    def __init__(self, root: Path, name: str, total: int) -> None:
+        self.path = root / STATUS_FILE
+        self.state = {"experiment": name, "state": "running", "runs_total": total,
+                      "runs_done": 0, "current_run": None, "step": 0, "steps": 0,
+                      "updated_at": now_iso(), "message": None}
+        self._last_write = 0.0
+
+    def update(self, force: bool = True, **values: object) -> None:
+        import time
+
+        self.state.update(values, updated_at=now_iso())
+        if force or time.monotonic() - self._last_write > 0.5:
+            atomic_write_text(self.path, json.dumps(self.state))
+            self._last_write = time.monotonic()
+
+
+def is_finished(run_dir: Path, spec: RunSpec) -> bool:
+    """A run is done when its log ends with run_end completed at the target step, or
+    failed by divergence (an outcome, not an accident: rerunning would diverge again)."""
+    ends = read_metrics(run_dir, "run_end")
+    if not ends:
+        return False
+    end = ends[-1]
+    if end.get("status") == "completed":
+        return spec.init_only or end.get("step") == spec.cfg.train.steps
+    return end.get("status") == "failed" and "at step" in str(end.get("message", ""))
+
+
+def describe_grid(specs: list[RunSpec]) -> str:
+    """The config diff of the grid: the keys that vary and their value in each run."""
+    flats = [flatten(s.cfg) for s in specs]
+    keys = sorted({k for s in specs[1:] for k in diff(specs[0].cfg, s.cfg)} - {"train.seed"})
+    seeds = sorted({s.seed for s in specs})
+    lines = [f"{len(specs)} runs; they differ only in: {', '.join(keys) or 'nothing'} "
+             f"(and the seed: {', '.join(map(str, seeds))})"]
+    for spec, flat in zip(specs, flats, strict=True):
+        values = ", ".join(f"{k.split('.', 1)[1]}={flat[k]}" for k in keys)
+        kind = "init only" if spec.init_only else f"{spec.cfg.train.steps} steps"
+        lines.append(f"  {spec.name:<28} {values}  ({kind})")
+    return "\n".join(lines)
+
+
+def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
+    """Measure one configuration at initialisation on a fixed batch of the corpus, and
+    write it as a run directory whose metric log has a single probe line at step 0."""
+    import torch
+
+    from depthlab.metrics import MetricsWriter
+    from depthlab.model import Transformer
+    from depthlab.rundir import write_config
+    from depthlab.tokenizer import prepare_data
+    from depthlab.train import batches, probe, resolve_config
+
+    data = prepare_data(spec.cfg.data)
+    cfg = resolve_config(spec.cfg, data)
+    tc = cfg.train
+    torch.manual_seed(tc.seed)
+    model = Transformer(cfg.model)
+    offsets, length = batches.eval_offsets(len(data.val), tc.seq_len, tc.batch_size * tc.seq_len)
+    x, y = batches.windows(data.val, offsets[:tc.batch_size], length, torch.device("cpu"))
+    write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    with MetricsWriter(run_dir) as log:
+        log.log("run_start", step=0, steps=0, world_size=1, device="cpu", resumed_from=None)
+        log.log("probe", step=0, **probe(model, x, y))
+        log.log("run_end", step=0, status="completed", message="measured at initialisation")
+
+
+def run_experiment(
+    name: str,
+    *,
+    budget: str = "quick",
+    out_dir: Path = Path("runs"),
+    seeds: int | None = None,
+    corpus: str | None = None,
+    progress: bool = True,
+    command: str | None = None,
+    echo: bool = True,
+) -> Path:
+    """Run (or finish) the grid of experiment `name` and export it to out_dir/name."""
+    from depthlab.experiments import get_experiment
+    from depthlab.experiments.report import write_outputs
+    from depthlab.train import train
+
+    exp: Experiment = get_experiment(name)
+    if budget not in BUDGETS:
+        raise UserError(f"unknown budget {budget!r}; choose one of: {', '.join(BUDGETS)}")
+    if seeds is not None and not 1 <= seeds <= 10:
+        raise UserError(f"--seeds must be between 1 and 10, got {seeds}")
+    b = BUDGETS[budget]
+    specs = exp.grid(base_config(b, corpus), b, seeds or b.seeds)
+    root = Path(out_dir) / name
+    say = print if echo else (lambda *a, **k: None)
+    say(f"{name}: {exp.question}\nbudget {budget}: {b.about}\n{describe_grid(specs)}")
+
+    status = Status(root, name, len(specs))
+    status.update()
+    trained_now = False
+    from tqdm import tqdm
+
+    bar = tqdm(specs, unit="run", desc=name, disable=not (progress and sys.stderr.isatty()),
+               file=sys.stderr)
+    try:
+        for i, spec in enumerate(bar):
+            run_dir = root / "runs" / spec.name
+            status.update(runs_done=i, current_run=spec.name, step=0,
+                          steps=0 if spec.init_only else spec.cfg.train.steps)
+            if is_finished(run_dir, spec):
+                continue
+            trained_now = True
+            bar.set_postfix_str(spec.name)
+            if spec.init_only:
+                init_probe_run(spec, run_dir)
+                continue
+            summary = train(spec.cfg, run_dir, resume=True, progress=False,
+                            on_step=lambda step, _v: status.update(force=False, step=step))
+            if summary.status == "interrupted":
+                status.update(state="interrupted", message=summary.message)
+                raise KeyboardInterrupt
+            if summary.status == "failed":
+                say(f"  {spec.name}: {summary.message}")
+    except KeyboardInterrupt:
+        status.update(state="interrupted",
+                      message="interrupted; run the same command again to resume")
+        raise
+    except BaseException as e:
+        status.update(state="failed", message=f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        bar.close()
+
+    export = root / EXPORT_FILE
+    if trained_now or not export.exists():
+        results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
+                   for s in specs]
+        report = exp.analyze(results, b)
+        cmd = command or f"depthlab experiment {name} --budget {budget}" + (
+            f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
+        write_outputs(root, exp, report, budget=budget, command=cmd)
+        say(f"wrote {export}, {root / 'summary.md'} and charts")
+    else:
+        say(f"all {len(specs)} runs were finished; {export} is current")
+    status.update(state="done", runs_done=len(specs), current_run=None)
+    return root

@@ -1,0 +1,127 @@
+"""What an experiment is: a grid of runs that differ in exactly the named switches,
+at a budget, plus an analysis that turns their metric logs into charts,
+a table and conclusions computed from the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from depthlab.config import Config, apply_overrides
+from depthlab.presets import course
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much compute each run of an experiment gets."""
+
+    name: str
+    steps: int
+    batch_size: int
+    seq_len: int
+    eval_every: int
+    eval_tokens: int
+    seeds: int
+    shallow: int  # "4 layers" of the lesson
+    deep: int  # "12 layers" of the lesson
+    deepest: int  # the 48-layer stack of the stream-growth check (init only)
+    model: tuple[str, ...] = ()  # extra overrides (micro shrinks the model)
+    about: str = ""
+
+
+BUDGETS: dict[str, Budget] = {
+    "micro": Budget("micro", steps=4, batch_size=4, seq_len=16, eval_every=2, eval_tokens=256,
+                    seeds=1, shallow=2, deep=3, deepest=6,
+                    model=("model.d_model=32", "model.n_heads=2", "model.context_len=32"),
+                    about="seconds; for tests only: the numbers mean nothing"),
+    "quick": Budget("quick", steps=300, batch_size=16, seq_len=64, eval_every=50,
+                    eval_tokens=16384, seeds=1, shallow=4, deep=12, deepest=48,
+                    about="minutes on a 2-core laptop; what `depthlab lab` runs"),
+    "standard": Budget("standard", steps=800, batch_size=16, seq_len=128, eval_every=100,
+                       eval_tokens=32768, seeds=2, shallow=4, deep=12, deepest=48,
+                       about="the README's figures; tens of minutes on a 2-core laptop"),
+    "full": Budget("full", steps=5000, batch_size=64, seq_len=256, eval_every=250,
+                   eval_tokens=262144, seeds=3, shallow=4, deep=12, deepest=48,
+                   about="for a GPU"),
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a grid. `arm` names the cell without the seed; runs of one arm
+    differ only in seed."""
+
+    arm: str
+    seed: int
+    cfg: Config
+    label: str  # legend text
+    init_only: bool = False  # measured at initialisation, no training
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}-s{self.seed}"
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    run_dir: Path
+    records: list[dict[str, Any]]  # the run's metrics.jsonl
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["kind"] == kind]
+
+    @property
+    def end(self) -> dict[str, Any] | None:
+        ends = self.of("run_end")
+        return ends[-1] if ends else None
+
+    @property
+    def final_val_loss(self) -> float | None:
+        evals = self.of("eval")
+        return evals[-1]["val_loss"] if evals else None
+
+
+@dataclass
+class Report:
+    """What an analysis produces; written as export.json, charts and summary.md."""
+
+    charts: list[dict[str, Any]] = field(default_factory=list)
+    table: dict[str, Any] = field(default_factory=lambda: {"columns": [], "rows": []})
+    conclusions: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    question: str
+    question_zh: str
+    switches: tuple[str, ...]  # the config keys the grid varies
+    grid: Callable[[Config, Budget, int], list[RunSpec]]
+    analyze: Callable[[list[RunResult], Budget], Report]
+
+
+def base_config(budget: Budget, corpus: str | None = None, threads: int = 0) -> Config:
+    """The course model with the budget's training settings: every grid starts here."""
+    cfg = course()
+    cfg = replace(cfg, train=replace(
+        cfg.train, steps=budget.steps, batch_size=budget.batch_size, seq_len=budget.seq_len,
+        eval_every=budget.eval_every, eval_tokens=budget.eval_tokens,
+        probe_every=budget.eval_every, ckpt_every=max(budget.eval_every, budget.steps // 4),
+        warmup_steps=min(cfg.train.warmup_steps, budget.steps // 10), keep_ckpts=1,
+        threads=threads))
+    overrides = list(budget.model)
+    if corpus is not None:
+        overrides.append(f"data.corpus={corpus}")
+    return apply_overrides(cfg, overrides)
+
+
+def variant(cfg: Config, *overrides: str) -> Config:
+    return apply_overrides(cfg, list(overrides))
+
+
+def seeded(cfg: Config, seed: int) -> Config:
+    return replace(cfg, train=replace(cfg.train, seed=seed))
