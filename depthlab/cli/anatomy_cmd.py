@@ -1,0 +1,78 @@
+"""`depthlab anatomy`: shapes and parameters of a preset, a shipped config or a config.json."""
+
+from __future__ import annotations
+
+import argparse
+
+from depthlab.cli.common import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "anatomy", help="tensor shapes and parameter shares of a model config",
+        description="Tensor shape at every stage for T tokens, parameters per component and "
+        "per layer, FFN share and width, q_proj width, residual writes, init std. "
+        "Examples: depthlab anatomy gpt2 --tokens 5; depthlab anatomy --preset course; "
+        "depthlab anatomy path/to/config.json; depthlab anatomy --evolution")
+    p.add_argument("config", nargs="?", metavar="CONFIG",
+                   help="a shipped config name (see --list) or a Hugging Face config.json path")
+    p.add_argument("--preset", help="a named preset instead of a config")
+    p.add_argument("--tokens", type=int, default=5, help="tokens T for the shapes")
+    p.add_argument("--list", action="store_true", help="list the shipped configs")
+    p.add_argument("--evolution", action="store_true",
+                   help="the lesson's evolution table, computed from presets and shipped configs")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from depthlab.errors import UserError
+    from depthlab.probes import anatomy_of, anatomy_of_preset, evolution_table, shipped_configs
+
+    if args.list:
+        names = shipped_configs()
+        print_json(names) if args.json else print("\n".join(names))
+        return 0
+    if args.evolution:
+        return _evolution(evolution_table(), args.json)
+    if bool(args.config) == bool(args.preset):
+        raise UserError("give a config name or path, or --preset NAME (one of them)")
+    a = anatomy_of_preset(args.preset, args.tokens) if args.preset else anatomy_of(
+        args.config, args.tokens)
+    if args.json:
+        print_json(a.to_json())
+        return 0
+    m = a.model
+    print(f"{a.name}: {a.source}")
+    print(f"{m.n_layers} layers, d {m.d_model}, {m.n_heads} heads x {m.head_size} "
+          f"({m.kv_heads} K/V heads), {m.ffn} FFN {m.d_model} -> {m.ffn_hidden} "
+          f"({a.ffn_multiple:.2f}d), vocab {m.vocab_size}")
+    print(f"\nShapes for T = {a.tokens} tokens:")
+    for stage, shape in a.shapes:
+        print(f"  {stage:<32} [{' x '.join(map(str, shape))}]")
+    print("\nParameters:")
+    for comp, n in a.params_by_component.items():
+        print(f"  {comp:<10} {n:>16,}  {100 * n / a.total_params:5.1f}%")
+    print(f"  {'total':<10} {a.total_params:>16,}")
+    per = a.params_per_layer
+    print(f"  per layer: attention {per['attention']:,}, ffn {per['ffn']:,}, norm {per['norm']:,}"
+          f" = {per['total']:,}")
+    gate = " (2 x: query | sigmoid gate)" if m.attn_gate else ""
+    print(f"\nFFN share {100 * a.ffn_share:.1f}%; q_proj {m.d_model} -> {a.q_proj_width}{gate}; "
+          f"{a.n_writes} residual writes; init std {a.init_std:g}, "
+          f"0.02/sqrt(2L) = {a.residual_init_std:.5f}")
+    return 0
+
+
+def _evolution(rows: list[dict], as_json: bool) -> int:
+    if as_json:
+        print_json(rows)
+        return 0
+    print(f"{'generation':<24} {'model':<18} {'FFN':<7} {'d -> d_ff':>14} {'x d':>5} "
+          f"{'FFN %':>6} {'q_proj':>7} {'norm':<22} {'writes':>6} {'params':>16}")
+    for r in rows:
+        print(f"{r['generation']:<24} {r['name']:<18} {r['ffn']:<7} "
+              f"{str(r['d_model']) + ' -> ' + str(r['d_ff']):>14} {r['ffn_multiple']:>5.2f} "
+              f"{100 * r['ffn_share']:>6.1f} {r['q_proj_width']:>7} "
+              f"{r['placement'] + '-' + r['norm']:<22} {r['n_writes']:>6} {r['total_params']:>16,}")
+    return 0
