@@ -1,0 +1,134 @@
+"""`depthlab lab`, `depthlab serve` and `depthlab export-page`: the lesson page.
+
+`lab` is the main job: make sure the quick `residual` data exist (running the
+experiment with progress if not), then serve the page on loopback and print its URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from pathlib import Path
+
+from depthlab.errors import UserError
+
+LAB_EXPERIMENT = "residual"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    lab = sub.add_parser(
+        "lab", help="the main job: produce the quick residual data if missing, then serve the page",
+        description="Run the quick `residual` experiment if its data are missing (with progress), "
+        "then serve the lesson page on loopback and print its URL. With --no-serve, stop after "
+        "the data step (for CI).")
+    _server_args(lab)
+    lab.add_argument("--budget", default="quick", choices=("micro", "quick", "standard", "full"),
+                     help="budget of the residual experiment when its data are missing (default: quick)")
+    lab.add_argument("--no-serve", action="store_true", help="stop after the data step")
+    lab.set_defaults(handler=run_lab)
+
+    serve = sub.add_parser(
+        "serve", help="serve the lesson page locally (FastAPI + uvicorn)",
+        description="Serve the lesson page and its API. Binds to 127.0.0.1 by default; the page "
+        "loads nothing from outside this machine. The API schema is at /docs and /openapi.json.")
+    _server_args(serve)
+    serve.set_defaults(handler=run_serve)
+
+    export = sub.add_parser(
+        "export-page", help="write a self-contained HTML copy of the page that opens from disk",
+        description="Write DIR/index.html: the page with its scripts, styles and data embedded "
+        "and the simulator precomputed on a grid (see docs/page.md), so it opens from disk "
+        "without Python.")
+    export.add_argument("dir", type=Path, metavar="DIR", help="output folder (created)")
+    export.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
+                        help="runs directory whose export.json files are embedded (default: runs)")
+    export.add_argument("--grid", choices=("standard", "small"), default="standard",
+                        help="simulator grid: standard (documented) or small (for tests)")
+    export.set_defaults(handler=run_export)
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; anything else exposes the page "
+                   "and its background-run button to the network)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
+                   help="runs directory with the experiments' export.json (default: runs)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import socket
+
+    import uvicorn
+
+    from depthlab.probes import use_single_thread
+    from depthlab.web.app import create_app
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, got {args.port}")
+    use_single_thread()
+    loopback = _is_loopback(args.host)
+    hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
+    if not loopback:
+        print(f"depthlab: warning: serving on {args.host}, reachable from other machines",
+              file=sys.stderr)
+    app = create_app(args.runs, allowed_hosts=hosts)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as e:
+        raise UserError(f"cannot listen on {args.host}:{args.port} ({e.strerror}); "
+                        "choose another --port") from None
+    port = sock.getsockname()[1]
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    shown = f"[{shown}]" if ":" in shown else shown
+    print(f"depthlab: the lesson page is at http://{shown}:{port}/  (Ctrl+C stops it)", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    return _serve(args)
+
+
+def run_lab(args: argparse.Namespace) -> int:
+    export = args.runs / LAB_EXPERIMENT / "export.json"
+    if export.is_file():
+        print(f"depthlab: data found: {export}")
+    else:
+        try:
+            from depthlab.experiments import run_experiment
+        except ImportError:
+            raise UserError("the experiments package is not installed in this build; "
+                            "run `depthlab serve` to see the live probes") from None
+        print(f"depthlab: no data at {export}; running `depthlab experiment {LAB_EXPERIMENT} "
+              f"--budget {args.budget} --out {args.runs}`", flush=True)
+        run_experiment(LAB_EXPERIMENT, budget=args.budget, out_dir=args.runs, progress=True)
+        if not export.is_file():
+            raise UserError(f"the experiment finished without writing {export}")
+        print(f"depthlab: data written: {export}")
+    if args.no_serve:
+        return 0
+    return _serve(args)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from depthlab.web.export import export_page
+
+    path = export_page(args.dir, runs_dir=args.runs, grid=args.grid, progress=True)
+    size = path.stat().st_size / 1e6
+    print(f"depthlab: wrote {path} ({size:.1f} MB); open it in a browser, no server needed")
+    return 0

@@ -1,0 +1,181 @@
+"""The lesson page's server: a FastAPI app with the probe API and the static page.
+
+`create_app(runs_dir)` builds it; `depthlab serve` runs it with uvicorn on
+loopback. Every response carries `Content-Security-Policy: default-src 'self'`,
+so the page can load nothing from outside the machine. Bad input is a 4xx whose
+`error` names the field; the numbers come from `depthlab.web.compute`.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Body, FastAPI, Query, Request
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from depthlab.errors import UserError
+from depthlab.web import compute, lesson
+from depthlab.web.runs import RunError, Runs
+from depthlab.web.schemas import (
+    BUDGETS,
+    MAX_G,
+    MAX_GROWTH_WRITES,
+    MAX_N,
+    MAX_PATH_N,
+    MAX_VECTOR,
+    MIN_G,
+    AnatomyRequest,
+    GrowthRequest,
+    NormsRequest,
+    PathsRequest,
+    RunRequest,
+    SimulateRequest,
+    SweepRequest,
+)
+
+STATIC_DIR = Path(__file__).parent / "static"
+CSP = "default-src 'self'"
+LIMITS = {"n": [1, MAX_N], "g": [MIN_G, MAX_G], "g_step": 0.05, "vector_length": MAX_VECTOR,
+          "paths_n": [1, MAX_PATH_N], "paths_a": [-10.0, 10.0], "growth_writes": [1, MAX_GROWTH_WRITES],
+          "budgets": list(BUDGETS), "background_runs": 1}
+
+
+def _field(error: dict) -> str:
+    """The field an error is about: `n`, `x.3`, or `body` for unparseable JSON."""
+    if error.get("type") == "json_invalid":
+        return "body"
+    parts = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None = None,
+               warm: bool = True) -> FastAPI:
+    """The app; `warm` computes the first view's numbers in the background at start-up."""
+    import torch
+
+    torch.set_num_threads(1)  # one core per request, whatever the client does
+    from depthlab import __version__
+
+    runs = Runs(Path(runs_dir))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if warm:
+            threading.Thread(target=compute.warm, name="depthlab-warm", daemon=True).start()
+        yield
+        runs.stop()  # never leave a background experiment behind
+
+    app = FastAPI(title="depthlab lesson page", version=__version__, lifespan=lifespan,
+                  description="Live probes, exact arithmetic and project measurements for the "
+                  "lesson on residual connections and normalization.")
+    app.state.runs = runs
+
+    if allowed_hosts:
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):
+        response = await call_next(request)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        detail = [{"field": _field(e), "message": e.get("msg", "invalid"), "type": e.get("type")}
+                  for e in errors]
+        messages = [f"{d['field']}: {d['message']}" for d in detail]
+        return JSONResponse({"error": "; ".join(messages), "detail": detail}, status_code=422)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, exc: UserError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    @app.exception_handler(RunError)
+    async def run_error(request: Request, exc: RunError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    # ---- the page ------------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    # ---- the API ---------------------------------------------------------------------------
+    @app.get("/api/meta", tags=["page"], summary="Version, input bounds, presets, experiments")
+    def meta() -> dict:
+        return {"version": __version__, "mode": "live", "limits": LIMITS,
+                "presets": lesson.presets(), "experiments": runs.names(),
+                "runs_dir": str(runs.root)}
+
+    @app.post("/api/simulate", tags=["simulator"],
+              summary="Plain (red) and improved (green) stack for one N, g and toggles")
+    def simulate(req: Annotated[SimulateRequest, Body()]) -> dict:
+        return compute.simulate(req)
+
+    @app.post("/api/sweep", tags=["simulator"],
+              summary="Bottom/top gradient ratio over g in [0.5, 2.0], both rows")
+    def sweep(req: Annotated[SweepRequest, Body()]) -> dict:
+        return compute.sweep(req)
+
+    @app.post("/api/paths", tags=["arithmetic"], summary="Residual path expansion (1 + a)^N")
+    def paths(req: Annotated[PathsRequest, Body()]) -> dict:
+        return compute.paths(req)
+
+    @app.post("/api/norms", tags=["arithmetic"], summary="LayerNorm vs RMSNorm on one vector")
+    def norms(req: Annotated[NormsRequest, Body()]) -> dict:
+        return compute.norms(req)
+
+    @app.post("/api/growth", tags=["simulator"], summary="Stream RMS after each write vs sqrt(1 + k)")
+    def growth(req: Annotated[GrowthRequest, Body()]) -> dict:
+        return compute.growth(req)
+
+    @app.get("/api/block", tags=["model"], summary="One block of a preset, for the diagram")
+    def block(preset: Annotated[str, Query(max_length=40)] = "course",
+              placement: Annotated[str | None, Query(max_length=20)] = None) -> dict:
+        return lesson.block(preset, placement)
+
+    @app.get("/api/anatomy", tags=["model"], summary="Models the anatomy can describe")
+    def anatomy_names() -> dict:
+        return compute.anatomy_names()
+
+    @app.get("/api/anatomy/{config}", tags=["model"],
+             summary="Shapes per stage and parameters per component of one model")
+    def anatomy(config: Annotated[str, PathParam(max_length=60, pattern=r"^[A-Za-z0-9_.-]+$")],
+                tokens: Annotated[int, Query(ge=1, le=64)] = 5) -> dict:
+        return compute.anatomy(AnatomyRequest(config=config, tokens=tokens))
+
+    @app.get("/api/evolution", tags=["model"], summary="The evolution table, computed from configs")
+    def evolution() -> list[dict]:
+        return compute.evolution()
+
+    @app.get("/api/experiments", tags=["measurements"], summary="Experiments and whether data exist")
+    def experiments() -> list[dict]:
+        return runs.summary()
+
+    @app.get("/api/experiments/{name}", tags=["measurements"], summary="An experiment's export.json")
+    def experiment(name: str) -> dict:
+        return runs.export(name)
+
+    @app.get("/api/experiments/{name}/status", tags=["measurements"],
+             summary="Progress of the background run (status.json)")
+    def experiment_status(name: str) -> dict:
+        return runs.status(name)
+
+    @app.post("/api/experiments/{name}/run", tags=["measurements"], status_code=202,
+              summary="Start the experiment in the background (one at a time; 409 if busy)")
+    def experiment_run(name: str, req: Annotated[RunRequest, Body()] = RunRequest()) -> dict:
+        return runs.start(name, req.budget)
+
+    return app

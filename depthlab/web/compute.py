@@ -1,0 +1,167 @@
+"""The page's numbers: thin adapters from validated requests to the probes.
+
+Each function takes a frozen request model and returns a JSON-ready dict. Results
+are kept in an LRU keyed by the request, and one lock serialises the torch work,
+so however many requests arrive, the server computes one probe at a time on one
+thread (a hostile client can queue work but cannot pin more than one core).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from functools import lru_cache, wraps
+
+from depthlab.errors import UserError
+from depthlab.web.schemas import (
+    AnatomyRequest,
+    GrowthRequest,
+    NormsRequest,
+    PathsRequest,
+    SimulateRequest,
+    SweepRequest,
+)
+
+_LOCK = threading.Lock()
+
+
+def _cached(maxsize: int):
+    """LRU on the frozen request, computed under the global lock."""
+
+    def deco(fn):
+        cached = lru_cache(maxsize=maxsize)(fn)
+
+        @wraps(fn)
+        def call(req):
+            with _LOCK:
+                return cached(req)
+
+        call.cache_info = cached.cache_info  # type: ignore[attr-defined]
+        call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        return call
+
+    return deco
+
+
+def _stack(req: SimulateRequest | SweepRequest, **kw):
+    from depthlab.probes.simulator import StackRequest
+
+    return StackRequest(depth=req.n, residual=req.residual, prenorm=req.prenorm,
+                        scale_writes=req.scale_writes, **kw)
+
+
+def _clean(values) -> list[float | None]:
+    """JSON has no inf/nan: send them as null (the charts leave a gap)."""
+    return [v if math.isfinite(v) else None for v in values]
+
+
+@_cached(maxsize=2048)
+def simulate(req: SimulateRequest) -> dict:
+    """Both rows of the simulator for one (mode, N, g, toggles)."""
+    from depthlab.probes.simulator import gradient_reach, token_collapse
+
+    improved = _stack(req, gain=req.g)
+    rows = {"plain": improved.plain(), "improved": improved}
+    out: dict = {"mode": req.mode, "n": req.n, "g": req.g, "toggles": _toggles(req)}
+    for name, stack in rows.items():
+        if req.mode == "gradient":
+            r = gradient_reach(stack)
+            out[name] = {"per_layer": _clean(r.per_layer), "ratio": _clean([r.ratio])[0],
+                         "stream_rms": _clean(r.stream_rms)}
+        else:
+            r = token_collapse(stack)
+            out[name] = {"rel_distance": _clean(r.rel_distance),
+                         "mean_cosine": _clean(r.mean_cosine), "stream_rms": _clean(r.stream_rms)}
+    return out
+
+
+@_cached(maxsize=512)
+def sweep(req: SweepRequest) -> dict:
+    """Bottom/top gradient ratio over g, plain and improved rows."""
+    from depthlab.probes.simulator import gain_sweep
+
+    r = gain_sweep(_stack(req))
+    return {"n": req.n, "toggles": _toggles(req), "gains": list(r.gains),
+            "plain": _clean(r.plain_ratios), "improved": _clean(r.ratios)}
+
+
+def _toggles(req) -> dict:
+    return {"residual": req.residual, "prenorm": req.prenorm, "scale_writes": req.scale_writes}
+
+
+@_cached(maxsize=256)
+def norms(req: NormsRequest) -> dict:
+    """LayerNorm vs RMSNorm on one vector, by the model's own norm modules (gamma 1, beta 0)."""
+    from depthlab.probes import compare_norms
+
+    return compare_norms(req.x, req.eps).to_json()
+
+
+@_cached(maxsize=256)
+def paths(req: PathsRequest) -> dict:
+    """x_N = (1 + a)^N x_0 expanded into 2^N gradient paths, grouped by sublayers passed."""
+    from depthlab.probes import residual_paths
+
+    out = residual_paths(req.n, req.a).to_json()
+    return out | {"groups": [g | {"total": _finite(g["total"]), "value_each": _finite(g["value_each"])}
+                             for g in out["groups"]],
+                  "residual_output": _finite(out["residual_output"]),
+                  "jacobian": _finite(out["jacobian"]), "plain_output": _finite(out["plain_output"]),
+                  "plain_jacobian": _finite(out["plain_jacobian"]),
+                  "jacobian_factors": _clean(out["jacobian_factors"])}
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+@_cached(maxsize=64)
+def growth(req: GrowthRequest) -> dict:
+    """Stream RMS after each of `writes` unit-variance writes, measured, beside sqrt(1 + k)."""
+    from depthlab.probes import GrowthRequest as ProbeGrowth
+    from depthlab.probes import stream_growth
+
+    return stream_growth(ProbeGrowth(writes=req.writes)).to_json()
+
+
+def anatomy_names() -> dict[str, list[str]]:
+    from depthlab.presets import PRESETS
+    from depthlab.probes import shipped_configs
+
+    return {"presets": list(PRESETS), "configs": shipped_configs()}
+
+
+@_cached(maxsize=64)
+def anatomy(req: AnatomyRequest) -> dict:
+    """Shapes per stage and parameters per component of a preset or a shipped config."""
+    from depthlab.probes import anatomy_of, anatomy_of_preset
+
+    names = anatomy_names()
+    if req.config in names["presets"]:
+        return anatomy_of_preset(req.config, req.tokens).to_json()
+    if req.config in names["configs"]:
+        return anatomy_of(req.config, req.tokens).to_json()
+    allowed = ", ".join(names["presets"] + names["configs"])
+    raise UserError(f"config: unknown model {req.config!r}; choose one of: {allowed}")
+
+
+@lru_cache(maxsize=1)
+def evolution() -> list[dict]:
+    """The evolution table's rows, computed from the presets and shipped configs."""
+    from depthlab.probes import evolution_table
+
+    with _LOCK:
+        return evolution_table()
+
+
+def warm() -> None:
+    """Compute what the page asks for first (its default view), so the first visit is quick."""
+    try:
+        simulate(SimulateRequest())
+        sweep(SweepRequest())
+        for name in ("course", "lesson-anchor"):
+            anatomy(AnatomyRequest(config=name))
+        evolution()
+        growth(GrowthRequest())
+    except Exception:  # noqa: BLE001 - warming is best effort; a request will report the error
+        pass

@@ -1,0 +1,81 @@
+"""The page API's inputs: every field bounded, unknown fields refused.
+
+These bounds are the server's compute budget per request (documented in
+docs/page.md): at most 64 sublayers of width 64 on 6 tokens, vectors of at most
+64 numbers. The models are frozen, so a request is its own cache key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_N = 64  # the simulator's depth slider
+MIN_G, MAX_G = 0.5, 2.0  # the gain slider
+MAX_VECTOR = 64  # the norms calculator
+MAX_ABS = 1e6
+MAX_PATH_N = 64
+MAX_GROWTH_WRITES = 256
+BUDGETS = ("micro", "quick")  # what the page may start; longer budgets belong on the CLI
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack")]
+Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
+
+
+class Toggles(_Request):
+    """The improved (green) row; all off gives the plain (red) row."""
+
+    residual: bool = Field(True, description="x + F(x) instead of F(x)")
+    prenorm: bool = Field(False, description="RMSNorm on each sublayer's input")
+    scale_writes: bool = Field(False, description="write-back times 1/sqrt(N)")
+
+
+class SimulateRequest(Toggles):
+    mode: Literal["gradient", "collapse"] = Field(
+        "gradient", description="gradient: does the gradient reach the bottom; "
+        "collapse: do the tokens become the same")
+    n: Depth = 32
+    g: Gain = 1.0
+
+
+class SweepRequest(Toggles):
+    n: Depth = 32
+
+
+class PathsRequest(_Request):
+    n: int = Field(2, ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0")
+    a: float = Field(0.5, ge=-10.0, le=10.0, description="scalar sublayer F(x) = a x")
+
+
+class NormsRequest(_Request):
+    x: tuple[float, ...] = Field(..., min_length=1, max_length=MAX_VECTOR,
+                                 description=f"the vector, 1 to {MAX_VECTOR} finite numbers")
+    eps: float = Field(1e-5, gt=0.0, le=1.0)
+
+    @field_validator("x")
+    @classmethod
+    def _bounded(cls, x: tuple[float, ...]) -> tuple[float, ...]:
+        for v in x:
+            if not abs(v) <= MAX_ABS:  # also refuses nan
+                raise ValueError(f"every number must be finite and within +-{MAX_ABS:g}")
+        return x
+
+
+class GrowthRequest(_Request):
+    writes: int = Field(128, ge=1, le=MAX_GROWTH_WRITES, description="writes into the stream")
+
+
+class RunRequest(_Request):
+    budget: Literal[BUDGETS] = "quick"  # type: ignore[valid-type]
+
+
+class AnatomyRequest(_Request):
+    config: str = Field("course", max_length=60, pattern=r"^[A-Za-z0-9_.-]+$",
+                        description="a preset name or a shipped config name")
+    tokens: int = Field(5, ge=1, le=64, description="T: tokens in the traced sentence")

@@ -1,0 +1,192 @@
+// Where the numbers come from. One interface, two sources:
+//   live:   fetch() to the local depthlab server (every answer cached here too);
+//   static: lookups into the data embedded in an exported page (no server at all).
+// Plus latestOnly(): while a slider moves, at most one request is in flight and only
+// the newest state is sent when it returns, so dragging never queues.
+(function () {
+  "use strict";
+  const DL = (window.DL = window.DL || {});
+  DL.stats = { requests: 0, inFlight: 0, maxInFlight: 0 };
+
+  const bits = (t) => (t.residual ? "1" : "0") + (t.prenorm ? "1" : "0") + (t.scale_writes ? "1" : "0");
+
+  function lru(limit) {
+    const m = new Map();
+    return {
+      get(k) {
+        if (!m.has(k)) return undefined;
+        const v = m.get(k);
+        m.delete(k);
+        m.set(k, v);
+        return v;
+      },
+      set(k, v) {
+        m.set(k, v);
+        if (m.size > limit) m.delete(m.keys().next().value);
+      },
+    };
+  }
+
+  function live() {
+    const cache = lru(1000);
+    async function call(method, path, body) {
+      const key = method + " " + path + " " + JSON.stringify(body || null);
+      const hit = cache.get(key);
+      if (hit !== undefined) return hit;
+      DL.stats.requests++;
+      DL.stats.inFlight++;
+      DL.stats.maxInFlight = Math.max(DL.stats.maxInFlight, DL.stats.inFlight);
+      try {
+        const opts = { method, headers: { "content-type": "application/json" } };
+        if (body) opts.body = JSON.stringify(body);
+        const r = await fetch(path, opts);
+        const data = await r.json();
+        if (!r.ok) {
+          const e = new Error(data.error || "HTTP " + r.status);
+          e.status = r.status;
+          throw e;
+        }
+        if (method === "POST" && !path.includes("/experiments/")) cache.set(key, data);
+        return data;
+      } finally {
+        DL.stats.inFlight--;
+      }
+    }
+    const get = (p) => call("GET", p);
+    const post = (p, b) => call("POST", p, b);
+    const fresh = (p) => fetch(p).then(async (r) => {
+      const d = await r.json();
+      if (!r.ok) throw Object.assign(new Error(d.error || "HTTP " + r.status), { status: r.status });
+      return d;
+    });
+    return {
+      kind: "live",
+      meta: () => get("api/meta"),
+      snap: (st) => st,
+      simulate: (req) => post("api/simulate", req),
+      sweep: (req) => post("api/sweep", req),
+      paths: (req) => post("api/paths", req),
+      norms: (req) => post("api/norms", req),
+      growth: (req) => post("api/growth", req),
+      block: (preset, placement) =>
+        get("api/block?preset=" + encodeURIComponent(preset) +
+            (placement ? "&placement=" + encodeURIComponent(placement) : "")),
+      anatomy: (name) => get("api/anatomy/" + encodeURIComponent(name)),
+      anatomyConfigs: () => get("api/anatomy"),
+      evolution: () => get("api/evolution"),
+      experiments: () => fresh("api/experiments"),
+      experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
+      status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
+      run: (name, budget) =>
+        fetch("api/experiments/" + encodeURIComponent(name) + "/run", {
+          method: "POST", headers: { "content-type": "application/json" },
+          body: JSON.stringify({ budget }),
+        }).then(async (r) => {
+          const d = await r.json();
+          if (!r.ok) throw new Error(d.error || "HTTP " + r.status);
+          return d;
+        }),
+    };
+  }
+
+  function embedded(data) {
+    const nearest = (xs, v) => xs.reduce((a, b) => (Math.abs(b - v) < Math.abs(a - v) ? b : a));
+    const need = (v, what) => {
+      if (v === undefined) return Promise.reject(new Error(what + " is not in this static copy"));
+      return Promise.resolve(v);
+    };
+    const grid = data.grid;
+    return {
+      kind: "static",
+      meta: () => Promise.resolve(data.meta),
+      // The embedded grid holds only some N and g: move the state onto it.
+      snap: (st) => Object.assign({}, st, { n: nearest(grid.n, st.n), g: nearest(grid.g, st.g) }),
+      simulate(req) {
+        const ng = req.n + "|" + req.g.toFixed(2);
+        const plain = data.plain[req.mode][ng];
+        const improved = data.improved[req.mode][ng + "|" + bits(req)];
+        if (!plain || !improved) return need(undefined, "N=" + req.n + ", g=" + req.g);
+        return Promise.resolve({ mode: req.mode, n: req.n, g: req.g, plain, improved });
+      },
+      sweep: (req) => need(data.sweep[req.n + "|" + bits(req)], "the sweep at N=" + req.n),
+      paths: (req) => Promise.resolve(DL.arith.paths(req.n, req.a)),
+      norms: (req) => Promise.resolve(DL.arith.norms(req.x, req.eps)),
+      growth: () => need(data.growth, "the growth probe"),
+      block: (preset, placement) => need((data.blocks[preset] || {})[placement || ""], "this block"),
+      anatomy: (name) => need((data.anatomy || {})[name], "the anatomy of " + name),
+      anatomyConfigs: () => need(data.anatomy_configs, "the anatomy list"),
+      evolution: () => need(data.evolution, "the evolution table"),
+      experiments: () => Promise.resolve(data.experiments || []),
+      experiment: (name) => need((data.exports || {})[name], "experiment " + name),
+      status: () => Promise.reject(new Error("static copy")),
+      run: () => Promise.reject(new Error("static copy")),
+    };
+  }
+
+  // The same exact arithmetic as depthlab/web/compute.py, for the static copy only
+  // (a typed vector cannot be precomputed). tests/test_page_export.py compares them.
+  DL.arith = {
+    paths(n, a) {
+      const groups = [];
+      let c = 1;
+      for (let k = 0; k <= n; k++) {
+        groups.push({ layers_passed: k, n_paths: c, value_each: Math.pow(a, k), total: c * Math.pow(a, k) });
+        c = (c * (n - k)) / (k + 1);
+      }
+      const paths = [];
+      if (n <= 4) {
+        for (let k = 0; k <= n; k++) {
+          const pick = (start, left, acc) => {
+            if (left === 0) { paths.push({ layers: acc, value: Math.pow(a, acc.length) }); return; }
+            for (let l = start; l <= n; l++) pick(l + 1, left - 1, acc.concat([l]));
+          };
+          pick(1, k, []);
+        }
+      }
+      return {
+        kind: "paths", depth: n, scale: a, x0: 1, groups, paths,
+        residual_output: groups.reduce((s, g) => s + g.total, 0), plain_output: Math.pow(a, n),
+        jacobian_factors: Array(n).fill(1 + a), jacobian: Math.pow(1 + a, n), plain_jacobian: Math.pow(a, n),
+      };
+    },
+    norms(x, eps) {
+      const n = x.length;
+      const mean = x.reduce((s, v) => s + v, 0) / n;
+      const centred = x.map((v) => v - mean);
+      const variance = centred.reduce((s, v) => s + v * v, 0) / n;
+      const meanSquare = x.reduce((s, v) => s + v * v, 0) / n;
+      const inv = 1 / Math.sqrt(variance + eps);
+      const invr = 1 / Math.sqrt(meanSquare + eps);
+      return { kind: "norms", x, eps, mean, variance, mean_square: meanSquare, rms: Math.sqrt(meanSquare),
+               centred, layernorm: centred.map((v) => v * inv), rmsnorm: x.map((v) => v * invr) };
+    },
+  };
+
+  DL.latestOnly = function (fn, onResult, onError) {
+    let busy = false;
+    let pending = null;
+    async function pump(arg) {
+      busy = true;
+      try {
+        onResult(await fn(arg), arg);
+      } catch (e) {
+        onError(e, arg);
+      }
+      busy = false;
+      if (pending !== null) {
+        const next = pending;
+        pending = null;
+        pump(next);
+      }
+    }
+    return (arg) => {
+      if (busy) pending = arg; // replace whatever was waiting: only the newest state counts
+      else pump(arg);
+    };
+  };
+
+  DL.makeSource = function () {
+    const el = document.getElementById("depthlab-data");
+    return el ? embedded(JSON.parse(el.textContent)) : live();
+  };
+})();

@@ -1,0 +1,381 @@
+// The lesson's other figures. Each is a function (source, showError) that builds its
+// part of the page once and returns {update(state), relabel()}; all numbers come
+// from the data source (the API, or the embedded data of a static copy).
+(function () {
+  "use strict";
+  const DL = (window.DL = window.DL || {});
+  DL.figures = DL.figures || {};
+  const $ = (id) => document.getElementById(id);
+  const fmt = (v, d) => DL.fmt(v, d);
+  const int = (v) => (v == null ? "—" : Number(v).toLocaleString("en-US"));
+  const shape = (s) => "[" + s.join(" × ") + "]";
+
+  // Small DOM helper: h("td", {class: "x"}, "text", child, ...)
+  function h(tag, attrs, ...kids) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") el.className = v;
+      else if (k === "data") Object.assign(el.dataset, v);
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v);
+    }
+    for (const k of kids.flat()) if (k != null) el.append(k instanceof Node ? k : String(k));
+    return el;
+  }
+  DL.h = h;
+
+  function table(head, rows, cls) {
+    return h("table", { class: cls || "num" },
+      h("thead", {}, h("tr", {}, head.map((c) => h("th", {}, c)))),
+      h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c))))));
+  }
+
+  // ---- 2. the cumulative data flow ----------------------------------------------------
+  const STAGE_ZH = {
+    tokens: "token", embedding: "词嵌入", "attention scores": "注意力分数",
+    "attention output (o_proj in)": "注意力输出(o_proj 输入)", "attention write": "注意力写回",
+    "ffn hidden": "FFN 中间层", "ffn write": "FFN 写回", logits: "logits", add: "+ 残差相加",
+    "final norm": "最终归一化",
+  };
+  const stageName = (s) => (DL.lang() === "zh" && STAGE_ZH[s]) || (s === "add" ? "+ residual add" : s);
+
+  DL.figures.dataflow = function (source, showError) {
+    const select = $("flow-model");
+    let anatomy = null;
+    let picked = null;
+
+    function stagesOf(a) {
+      const m = a.model;
+      const L = m.n_layers;
+      const by = a.params_by_component;
+      const per = a.params_per_layer;
+      const d = [a.tokens, m.d_model];
+      const out = [{ id: "tokens", shape: [a.tokens], params: 0 }];
+      for (const [stage, sh] of a.shapes.map((s) => [s.stage, s.shape])) {
+        if (stage === "logits") {
+          if (m.final_norm) out.push({ id: "final norm", shape: d, params: m.d_model, note: "norm" });
+          out.push({ id: "logits", shape: sh, params: by.lm_head || 0, tied: !by.lm_head });
+          continue;
+        }
+        const group = stage === "embedding" ? "embedding" : stage.startsWith("ffn") ? "ffn" : "attention";
+        const params = group === "embedding" ? by.embedding : per[group];
+        out.push({ id: stage, shape: sh, params, perLayer: group !== "embedding", L });
+        if (stage === "attention write" || stage === "ffn write") out.push({ id: "add", shape: d, params: 0, L });
+      }
+      return out;
+    }
+
+    function detail(st) {
+      const el = $("flow-detail");
+      el.textContent = "";
+      const a = anatomy;
+      let params = int(st.params);
+      if (st.perLayer) params += " × " + st.L + " " + (DL.lang() === "zh" ? "层" : "layers") + " = " + int(st.params * st.L);
+      if (st.tied) params = DL.lang() === "zh" ? "与词嵌入共享" : "shared with the embedding";
+      el.append(
+        h("div", { class: "kv" }, h("b", {}, stageName(st.id)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
+          " (T = " + a.tokens + ")"),
+        h("div", { class: "kv" }, DL.t("flow.params") + ": " + params + (st.perLayer ? (DL.lang() === "zh" ? "(本组件每层)" : " (this component, per layer)") : "")),
+        h("div", { class: "kv muted" }, DL.t("flow.total") + " " + int(a.total_params) + " · FFN " +
+          fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes +
+          (DL.lang() === "zh" ? " 次写入残差流" : " writes into the stream")),
+        h("div", { class: "kv muted small" }, a.source));
+    }
+
+    function render() {
+      const box = $("flow-stages");
+      box.textContent = "";
+      if (!anatomy) return;
+      const stages = stagesOf(anatomy);
+      let block = null;
+      stages.forEach((st, i) => {
+        const btn = h("button", { type: "button", class: "stage" + (st.perLayer || st.id === "add" ? " in-block" : ""),
+                                  data: { stage: st.id + ":" + i }, role: "listitem",
+                                  onclick: () => { picked = st.id + ":" + i; DL.state.set({ stage: picked }); } },
+          h("span", { class: "stage-name" }, stageName(st.id)), h("span", { class: "stage-shape" }, shape(st.shape)));
+        if (st.perLayer || st.id === "add") {
+          if (!block) {
+            block = h("div", { class: "flow-block" }, h("span", { class: "flow-block-h" },
+              "× " + anatomy.model.n_layers + (DL.lang() === "zh" ? " 层" : " blocks")));
+            box.append(block);
+          }
+          block.append(btn);
+        } else {
+          box.append(btn);
+        }
+      });
+      const want = picked || "";
+      let btn = [...box.querySelectorAll(".stage")].find((b) => b.dataset.stage === want);
+      if (!btn) btn = box.querySelectorAll(".stage")[1];
+      box.querySelectorAll(".stage").forEach((b) => b.classList.toggle("on", b === btn));
+      const idx = +btn.dataset.stage.split(":").pop();
+      detail(stages[idx]);
+    }
+
+    let loaded = null;
+    function load(name) {
+      if (loaded === name) return render();
+      loaded = name;
+      source.anatomy(name).then((a) => { anatomy = a; render(); })
+        .catch((e) => { $("flow-detail").textContent = DL.t("flow.missing") + " (" + e.message + ")"; showError(e); });
+    }
+
+    source.anatomyConfigs().then((names) => {
+      const first = ["course", "lesson-anchor"];
+      const all = first.concat(names.presets.filter((n) => !first.includes(n) && n !== "tiny"),
+                               names.configs.filter((n) => !first.includes(n)));
+      select.textContent = "";
+      all.forEach((n) => select.append(h("option", { value: n }, n)));
+      select.value = DL.state.get().flow;
+      if (!select.value) select.value = "course";
+    }).catch(() => {});
+    select.addEventListener("change", () => DL.state.set({ flow: select.value, stage: "" }));
+
+    return {
+      update(st) {
+        picked = st.stage;
+        if (select.value !== st.flow && [...select.options].some((o) => o.value === st.flow)) select.value = st.flow;
+        load(st.flow);
+      },
+      relabel: render,
+    };
+  };
+
+  // ---- 4. the residual formula: paths and Jacobian ---------------------------------------
+  DL.figures.formula = function (source, showError) {
+    const pn = $("pn");
+    const pa = $("pa");
+    let last = null;
+    pn.addEventListener("input", () => pn.value && DL.state.set({ pn: +pn.value }));
+    pa.addEventListener("input", () => pa.value !== "" && isFinite(+pa.value) && DL.state.set({ pa: +pa.value }));
+
+    function draw(ex, r) {
+      last = [ex, r];
+      const names = { "": "f.skip", "1": "f.l1", "2": "f.l2", "1,2": "f.both" };
+      const box = $("paths-example");
+      box.textContent = "";
+      box.append(h("div", { class: "paths-h" }, DL.t("f.example") + ": x₂ = (1 + " + fmt(ex.scale) + ")² = " +
+        ex.paths.map((p) => fmt(p.value)).join(" + ") + " = " + fmt(ex.residual_output)));
+      box.append(h("div", { class: "path-cards" }, ex.paths.map((p) =>
+        h("div", { class: "path-card" + (p.layers.length === 2 ? " plain" : "") },
+          h("div", { class: "path-v" }, fmt(p.value)), h("div", {}, DL.t(names[p.layers.join(",")]))))));
+      const rows = r.groups.map((g) => [g.layers_passed, fmt(g.n_paths), fmt(g.value_each), fmt(g.total)]);
+      const out = $("paths-expansion");
+      out.textContent = "";
+      out.append(h("p", { class: "kv" }, "N = " + r.depth + ", a = " + fmt(r.scale) + ": " + fmt(Math.pow(2, r.depth)) +
+        " " + DL.t("f.paths") + " · " + DL.t("f.total") + " = ", h("b", { id: "paths-total" }, fmt(r.residual_output)),
+        " · " + DL.t("f.plain") + " = ", h("b", { class: "red" }, fmt(r.plain_output))));
+      const shown = rows.length > 12 ? rows.slice(0, 6).concat([["…", "", "", ""]], rows.slice(-5)) : rows;
+      out.append(table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown));
+      $("paths-jacobian").textContent = DL.t("f.jac") + "  N = " + r.depth + ": " + fmt(r.jacobian) + " vs " + fmt(r.plain_jacobian) + ".";
+    }
+
+    return {
+      update(st) {
+        if (+pn.value !== st.pn) pn.value = st.pn;
+        if (+pa.value !== st.pa) pa.value = st.pa;
+        Promise.all([source.paths({ n: 2, a: st.pa }), source.paths({ n: st.pn, a: st.pa })])
+          .then(([ex, r]) => draw(ex, r)).catch(showError);
+      },
+      relabel: () => last && draw(...last),
+    };
+  };
+
+  // ---- 5. the stream grows ---------------------------------------------------------------
+  DL.figures.growth = function (source, showError) {
+    const t = (k) => () => DL.t(k);
+    const chart = DL.charts.make($("c-growth"), {
+      xLabel: t("g.ax.k"), yLabel: t("g.ax.rms"), height: 220,
+      series: [{ label: t("g.measured"), color: DL.COLORS.accent }, { label: t("g.theory"), color: DL.COLORS.theory, dash: true }],
+    });
+    let r = null;
+    function draw() {
+      const k = r.measured_rms.length - 1;
+      chart.update(r.measured_rms.map((_, i) => i), [r.measured_rms, r.expected]);
+      $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + ": " + DL.t("g.measured") + " " +
+        fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]);
+    }
+    source.growth({ writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
+    return { update() {}, relabel: () => { chart.relabel(); if (r) draw(); } };
+  };
+
+  // ---- 6. the block diagram, drawn from the config's norm slots ---------------------------
+  const SVG = "http://www.w3.org/2000/svg";
+  function s(tag, attrs, text) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+    if (text != null) el.textContent = text;
+    return el;
+  }
+
+  function blockSvg(b) {
+    const SX = 70; // the stream's x
+    const CX = 250; // the sublayer column's centre
+    const BW = 150;
+    const BH = 30;
+    const GAP = 14;
+    const normName = b.norm === "layernorm" ? "LayerNorm" : b.norm === "rmsnorm_zero_centered" ? "RMSNorm (1+w)" : "RMSNorm";
+    const items = []; // [kind, y (upward), ...]
+    let y = 20;
+    items.push(["label", y, "x_l  [T × " + b.d_model + "]"]);
+    y += 24;
+    for (const sub of ["attn", "ffn"]) {
+      const start = y;
+      const boxes = [];
+      if (b.slots.includes("in")) boxes.push(["norm", normName]);
+      boxes.push(["sub", sub === "attn" ? DL.t("b.attn") + (b.attn_gate ? " + gate" : "") + (b.qk_norm ? ", QK-norm" : "")
+                              : DL.t("b.ffn") + " (" + b.ffn + ", " + b.ffn_hidden + ")"]);
+      if (b.slots.includes("out")) boxes.push(["norm", normName]);
+      let by = start + 16;
+      for (const [kind, text] of boxes) {
+        items.push(["box", by, kind, text]);
+        by += BH + GAP;
+      }
+      y = by + 4;
+      items.push(["branch", start, by - GAP, y]);
+      items.push(["add", y, b.write_scale !== 1 ? "× " + fmt(b.write_scale) : ""]);
+      y += 22;
+      if (b.slots.includes("post")) {
+        items.push(["postnorm", y, normName]);
+        y += BH + GAP;
+      }
+    }
+    if (b.final_norm) items.push(["note", y + 4, "… × " + b.n_layers + " → " + DL.t("b.final") + " → LM head"]);
+    else items.push(["note", y + 4, "… × " + b.n_layers + " → LM head"]);
+    y += 26;
+    items.push(["label", y, "x_l+1"]);
+    const H = y + 16;
+    const svg = s("svg", { viewBox: "0 0 420 " + H, class: "block-svg", role: "img" });
+    const Y = (v) => H - v;
+    const residual = b.residual !== "none";
+    svg.append(s("line", { x1: SX, y1: Y(32), x2: SX, y2: Y(y - 14), class: residual ? "stream" : "stream broken" }));
+    const side = s("text", { x: SX - 10, y: Y(60), class: "side", transform: `rotate(-90 ${SX - 10} ${Y(60)})` }, DL.t("b.stream"));
+    svg.append(side);
+    for (const it of items) {
+      const [kind, v] = it;
+      if (kind === "label") svg.append(s("text", { x: SX - 30, y: Y(v) + 5, class: "lbl" }, it[2]));
+      else if (kind === "note") svg.append(s("text", { x: SX + 18, y: Y(v) + 4, class: "small" }, it[2]));
+      else if (kind === "box") {
+        svg.append(s("rect", { x: CX - BW / 2, y: Y(v + BH), width: BW, height: BH, rx: 5, class: it[2] === "norm" ? "b-norm" : "b-sub" }));
+        svg.append(s("text", { x: CX, y: Y(v + BH / 2) + 4, class: "ctr" }, it[3]));
+      } else if (kind === "branch") {
+        const [, y0, y1, ya] = it;
+        svg.append(s("path", { d: `M${SX},${Y(y0)} H${CX} V${Y(y0 + 16)}`, class: "wire" }));
+        svg.append(s("path", { d: `M${CX},${Y(y1)} V${Y(ya)} H${SX + 9}`, class: "wire" }));
+      } else if (kind === "add") {
+        svg.append(s("circle", { cx: SX, cy: Y(v), r: 9, class: residual ? "b-add" : "b-add off" }));
+        svg.append(s("text", { x: SX, y: Y(v) + 5, class: "ctr plus" }, "+"));
+        if (it[2]) svg.append(s("text", { x: SX + 14, y: Y(v) - 10, class: "small" }, it[2]));
+      } else if (kind === "postnorm") {
+        svg.append(s("rect", { x: SX - 55, y: Y(v + BH), width: 110, height: BH, rx: 5, class: "b-norm" }));
+        svg.append(s("text", { x: SX, y: Y(v + BH / 2) + 4, class: "ctr" }, it[2]));
+      }
+    }
+    return svg;
+  }
+
+  DL.figures.block = function (source, showError) {
+    const presetSel = $("b-preset");
+    const placeSel = $("b-placement");
+    let last = null;
+    source.meta().then((m) => {
+      presetSel.textContent = "";
+      m.presets.filter((p) => p.name !== "tiny").forEach((p) => presetSel.append(h("option", { value: p.name }, p.name)));
+      presetSel.value = DL.state.get().preset;
+    }).catch(showError);
+    presetSel.addEventListener("change", () => DL.state.set({ preset: presetSel.value, place: "" }));
+    placeSel.addEventListener("change", () => DL.state.set({ place: placeSel.value }));
+
+    function draw(b) {
+      last = b;
+      const box = $("block-svg");
+      box.textContent = "";
+      box.append(blockSvg(b));
+      const slots = b.slots.length ? b.slots.join(" + ") : "—";
+      const txt = $("block-text");
+      txt.textContent = "";
+      txt.append(
+        h("div", {}, h("b", {}, b.preset), ": placement ", h("code", {}, b.placement), ", norm ", h("code", {}, b.norm),
+          ", slots ", h("code", { id: "block-slots" }, slots)),
+        h("div", {}, "residual ", h("code", {}, b.residual), ", " + b.n_layers + " × 2 = " + b.writes +
+          (DL.lang() === "zh" ? " 次写入" : " writes")),
+        b.residual === "none" ? h("div", { class: "red" }, DL.t("b.nores")) : "");
+    }
+    return {
+      update(st) {
+        if (presetSel.value !== st.preset && [...presetSel.options].some((o) => o.value === st.preset)) presetSel.value = st.preset;
+        placeSel.value = st.place;
+        source.block(st.preset, st.place).then(draw).catch(showError);
+      },
+      relabel: () => last && draw(last),
+    };
+  };
+
+  // ---- 7. LayerNorm vs RMSNorm ------------------------------------------------------------
+  DL.figures.norms = function (source, showError) {
+    const input = $("vec");
+    let last = null;
+    input.addEventListener("input", () => DL.state.set({ vec: input.value }));
+    document.querySelectorAll("[data-vec]").forEach((b) =>
+      b.addEventListener("click", () => DL.state.set({ vec: b.dataset.vec })));
+    const send = DL.latestOnly((x) => source.norms({ x, eps: 1e-5 }), draw, (e) => {
+      $("norms-out").textContent = DL.t("err") + ": " + e.message;
+    });
+
+    function draw(r) {
+      last = r;
+      const out = $("norms-out");
+      out.textContent = "";
+      out.append(h("p", { class: "kv" },
+        DL.t("n.mean") + " = ", h("b", { id: "norm-mean" }, fmt(r.mean, 4)), " · " + DL.t("n.var") + " = ",
+        h("b", {}, fmt(r.variance, 4)), " · " + DL.t("n.rms") + " = ", h("b", { id: "norm-rms" }, fmt(r.rms, 4))));
+      const cols = r.x.map((_, i) => i);
+      const row = (name, vs) => [name].concat(cols.map((i) => fmt(vs[i], 4)));
+      out.append(table(["", ...cols.map((i) => "x" + (i + 1))], [
+        row("x", r.x), row("x − mean", r.centred), row(DL.t("n.ln"), r.layernorm), row(DL.t("n.rn"), r.rmsnorm),
+      ], "num norms-table"));
+      out.append(h("p", { class: "note" }, DL.t("n.same")));
+    }
+    return {
+      update(st) {
+        if (input.value !== st.vec) input.value = st.vec;
+        const parts = st.vec.split(/[\s,;]+/).filter(Boolean);
+        const x = parts.map(Number);
+        if (!x.length || x.length > 64 || x.some((v) => !isFinite(v))) {
+          $("norms-out").textContent = DL.t("n.bad");
+          return;
+        }
+        send(x);
+      },
+      relabel: () => last && draw(last),
+    };
+  };
+
+  // ---- 8. the evolution table ---------------------------------------------------------------
+  DL.figures.evolution = function (source, showError) {
+    let rows = null;
+    function draw() {
+      const zh = DL.lang() === "zh";
+      const head = [zh ? "零件" : "part"].concat(rows.map((r) => r.generation + " · " + r.name));
+      const line = (label, f) => [label].concat(rows.map(f));
+      const normName = (r) => r.norm + (r.qk_norm ? " + QK-norm" : "");
+      const body = [
+        line("FFN", (r) => r.ffn + ", " + int(r.d_model) + " → " + int(r.d_ff) + " (" + fmt(r.ffn_multiple) + "d)"),
+        line(zh ? "FFN 参数占比" : "FFN share of parameters", (r) => fmt(100 * r.ffn_share) + "%"),
+        line(zh ? "残差写入次数" : "residual writes", (r) => r.n_layers + " × 2 = " + r.n_writes),
+        line(zh ? "写回投影初始化 std" : "output projection init std", (r) => fmt(r.residual_init_std)),
+        line(zh ? "归一化" : "norm", (r) => normName(r) + ", " + r.placement),
+        line(zh ? "门控" : "gating", (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") +
+          (r.attn_gate ? (zh ? " + 注意力输出门" : " + attention output gate") : "")),
+        line("q_proj", (r) => int(r.q_proj_in) + " → " + int(r.q_proj_width) + (r.attn_gate ? " = 2 × " + int(r.q_proj_width / 2) : "")),
+        line(zh ? "参数量" : "parameters", (r) => fmt(r.total_params)),
+      ];
+      const box = $("evolution-table");
+      box.textContent = "";
+      box.append(table(head, body, "evo"));
+    }
+    source.evolution().then((r) => { rows = r; draw(); })
+      .catch((e) => { $("evolution-table").textContent = DL.t("e.missing"); showError(e); });
+    return { update() {}, relabel: () => rows && draw() };
+  };
+})();

@@ -1,0 +1,99 @@
+// Boot: pick the data source (live server or embedded data), set the language, build
+// every figure, wire the simulator's controls to the URL state, and route each state
+// change to the figures that depend on it.
+(function () {
+  "use strict";
+  const DL = window.DL;
+  const $ = (id) => document.getElementById(id);
+  const source = DL.makeSource();
+  DL.source = source;
+  DL.errors = [];
+  const showError = (e) => {
+    DL.errors.push(String(e && e.message));
+    if (window.console) console.warn("depthlab:", e && e.message); // eslint-disable-line no-console
+  };
+
+  let st = DL.state.get();
+  DL.setLang(st.lang);
+  $("lang").textContent = DL.t("lang.switch");
+
+  const sim = DL.figures.simulator(source, showError);
+  const figures = {
+    dataflow: DL.figures.dataflow(source, showError),
+    formula: DL.figures.formula(source, showError),
+    growth: DL.figures.growth(source, showError),
+    block: DL.figures.block(source, showError),
+    norms: DL.figures.norms(source, showError),
+    evolution: DL.figures.evolution(source, showError),
+    project: DL.figures.project(source, showError),
+  };
+  // Which figures a changed state key concerns.
+  const ROUTES = {
+    mode: ["sim"], n: ["sim"], g: ["sim"], res: ["sim"], pre: ["sim"], wb: ["sim"],
+    flow: ["dataflow"], stage: ["dataflow"], preset: ["block"], place: ["block"],
+    pn: ["formula"], pa: ["formula"], vec: ["norms"],
+  };
+
+  function controls(s) {
+    $("n").value = s.n;
+    $("g").value = s.g;
+    $("t-residual").checked = s.res;
+    $("t-prenorm").checked = s.pre;
+    $("t-scale").checked = s.wb;
+    document.querySelectorAll(".tabs [data-mode]").forEach((b) => {
+      b.setAttribute("aria-selected", String(b.dataset.mode === s.mode));
+      b.classList.toggle("on", b.dataset.mode === s.mode);
+    });
+  }
+
+  function route(s, patch) {
+    if (patch.lang !== undefined && patch.lang !== DL.lang()) {
+      DL.setLang(s.lang);
+      $("lang").textContent = DL.t("lang.switch");
+      sim.relabel();
+      Object.values(figures).forEach((f) => f.relabel());
+      footer();
+    }
+    const touched = new Set(Object.keys(patch).flatMap((k) => ROUTES[k] || []));
+    if (touched.has("sim")) {
+      const snapped = source.snap(s);
+      if (snapped.n !== s.n || snapped.g !== s.g) return DL.state.set({ n: snapped.n, g: snapped.g });
+      controls(s);
+      sim.update(s);
+    }
+    for (const [name, f] of Object.entries(figures)) if (touched.has(name)) f.update(s);
+  }
+  DL.state.on(route);
+
+  // Slider input: note the time (the latency bench reads DL.perf), then set the state.
+  const input = (patch) => {
+    DL.perf.t0 = performance.now();
+    DL.state.set(patch);
+  };
+  $("n").addEventListener("input", (e) => input({ n: +e.target.value }));
+  $("g").addEventListener("input", (e) => input({ g: +e.target.value }));
+  $("t-residual").addEventListener("change", (e) => input({ res: e.target.checked }));
+  $("t-prenorm").addEventListener("change", (e) => input({ pre: e.target.checked }));
+  $("t-scale").addEventListener("change", (e) => input({ wb: e.target.checked }));
+  document.querySelectorAll(".tabs [data-mode]").forEach((b) =>
+    b.addEventListener("click", () => input({ mode: b.dataset.mode })));
+  $("lang").addEventListener("click", () => DL.state.set({ lang: DL.lang() === "zh" ? "en" : "zh" }));
+
+  function footer() {
+    source.meta().then((m) => {
+      const f = $("foot");
+      f.textContent = "";
+      const what = DL.t(m.mode === "static" ? "foot.static" : "foot.live");
+      f.append(what + " " + m.version + (m.exported_at ? " · " + DL.t("foot.at") + " " + m.exported_at : "") +
+        (m.mode === "static" ? " · N ∈ {" + m.grid.n.join(", ") + "}, g step " + m.grid.g_step : ""));
+      if (m.mode === "static") $("sim-note").textContent = DL.t("sim.note") + " " + DL.t("sim.static") + ".";
+    }).catch(showError);
+  }
+  footer();
+
+  // First paint: every figure from the URL state.
+  st = DL.state.get();
+  DL.state.set({}); // normalises the URL, then routes nothing (empty patch)
+  route(st, st);
+  DL.ready = true;
+})();

@@ -1,0 +1,141 @@
+// The simulator (lesson section 2a/2b): a plain stack (red row) beside an improved one
+// (green row) for one N, g and set of toggles. Two figures share the controls:
+// gradient mode (per-layer gradient bars, stream RMS, bottom/top ratio over g) and
+// collapse mode (distance from all-equal per layer, stream RMS, mean cosine).
+(function () {
+  "use strict";
+  const DL = (window.DL = window.DL || {});
+  DL.figures = DL.figures || {};
+  DL.perf = { t0: null, samples: [] };
+
+  const $ = (id) => document.getElementById(id);
+  const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  const t = (k) => () => DL.t(k);
+
+  function specs(mode, marker) {
+    const C = DL.COLORS;
+    const rms = (color) => ({ xLabel: t("sim.ax.write"), yLabel: t("sim.ax.rms"), height: 170,
+                              legend: false, series: [{ label: "RMS", color }] });
+    if (mode === "gradient") {
+      const layers = (color) => ({ xLabel: t("sim.ax.layer"), yLabel: t("sim.ax.grad"), yLog: true,
+                                   height: 170, legend: false, series: [{ label: "grad", color, bars: true }] });
+      return {
+        plainLayers: layers(C.plain), improvedLayers: layers(C.improved),
+        plainRms: rms(C.plain), improvedRms: rms(C.improved),
+        bottom: { xLabel: t("sim.ax.g"), yLabel: t("sim.ax.ratio"), yLog: true, height: 210, marker,
+                  series: [{ label: t("sim.row.plain"), color: C.plain, points: true },
+                           { label: t("sim.row.improved"), color: C.improved, points: true }] },
+      };
+    }
+    const dist = (color) => ({ xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.dist"), yLog: true, height: 170,
+                               legend: false, series: [{ label: "distance", color, points: true }] });
+    return {
+      plainLayers: dist(C.plain), improvedLayers: dist(C.improved),
+      plainRms: rms(C.plain), improvedRms: rms(C.improved),
+      bottom: { xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.cos"), height: 210, yRange: [-0.2, 1.05],
+                series: [{ label: t("sim.row.plain"), color: C.plain, points: true },
+                         { label: t("sim.row.improved"), color: C.improved, points: true }] },
+    };
+  }
+
+  function formula(st) {
+    let f = st.pre ? "F(RMSNorm(x))" : "F(x)";
+    if (st.wb) f += " / √N";
+    return st.res ? "x ← x + " + f : "x ← " + f;
+  }
+
+  DL.figures.simulator = function (source, showError) {
+    let mode = null;
+    let charts = {};
+    let current = null; // the newest state asked for
+    let lastSim = null;
+    let lastSweep = null;
+    const status = $("sim-status");
+
+    function build(m) {
+      mode = m;
+      const s = specs(m, () => (current ? current.g : null));
+      charts = {
+        plainLayers: DL.charts.make($("c-plain-layers"), s.plainLayers),
+        plainRms: DL.charts.make($("c-plain-rms"), s.plainRms),
+        improvedLayers: DL.charts.make($("c-improved-layers"), s.improvedLayers),
+        improvedRms: DL.charts.make($("c-improved-rms"), s.improvedRms),
+        bottom: DL.charts.make($("c-bottom"), s.bottom),
+      };
+      $("sim-bottom-h").textContent = DL.t(m === "gradient" ? "sim.bottom.gradient" : "sim.bottom.collapse");
+    }
+
+    function readout(el, pairs) {
+      el.textContent = pairs.map(([k, v]) => DL.t(k) + " " + DL.fmt(v)).join(" · ");
+    }
+
+    function drawSim(r) {
+      lastSim = r;
+      if (r.mode !== mode) return;
+      const n = r.n;
+      for (const row of ["plain", "improved"]) {
+        const d = r[row];
+        const el = $("ro-" + row);
+        if (r.mode === "gradient") {
+          charts[row + "Layers"].update(range(1, n), [d.per_layer]);
+          readout(el, [["sim.ro.ratio", d.ratio], ["sim.ro.rms", d.stream_rms[n]]]);
+          el.dataset.ratio = d.ratio;
+        } else {
+          charts[row + "Layers"].update(range(0, n), [d.rel_distance]);
+          readout(el, [["sim.ro.dist", d.rel_distance[n]], ["sim.ro.cos", d.mean_cosine[n]],
+                       ["sim.ro.rms", d.stream_rms[n]]]);
+          el.dataset.distance = d.rel_distance[n];
+          el.dataset.cosine = d.mean_cosine[n];
+        }
+        el.dataset.n = n;
+        el.dataset.rms = d.stream_rms[n];
+        charts[row + "Rms"].update(range(0, d.stream_rms.length - 1), [d.stream_rms]);
+      }
+      if (r.mode === "collapse") {
+        charts.bottom.update(range(0, n), [r.plain.mean_cosine, r.improved.mean_cosine]);
+        $("ro-bottom").textContent = "";
+      }
+      const fresh = current && r.n === current.n && r.g === current.g;
+      status.textContent = fresh ? "" : DL.t("sim.busy");
+      if (fresh && DL.perf.t0 != null) {
+        const t0 = DL.perf.t0;
+        DL.perf.t0 = null;
+        requestAnimationFrame(() => DL.perf.samples.push(performance.now() - t0));
+      }
+    }
+
+    function drawSweep(r) {
+      lastSweep = r;
+      if (mode !== "gradient") return;
+      charts.bottom.update(r.gains, [r.plain, r.improved]);
+      const ok = r.plain.filter((v) => v > 0);
+      const orders = ok.length ? Math.log10(Math.max(...ok) / Math.min(...ok)) : null;
+      readout($("ro-bottom"), [["sim.ro.orders", orders]]);
+    }
+
+    const err = (e) => {
+      status.textContent = DL.t("err") + ": " + e.message;
+      showError(e);
+    };
+    const sendSim = DL.latestOnly((req) => source.simulate(req), drawSim, err);
+    const sendSweep = DL.latestOnly((req) => source.sweep(req), drawSweep, err);
+
+    return {
+      update(st) {
+        const toggles = { residual: st.res, prenorm: st.pre, scale_writes: st.wb };
+        if (st.mode !== mode) build(st.mode);
+        current = st;
+        $("improved-formula").textContent = formula(st);
+        $("n-out").textContent = st.n;
+        $("g-out").textContent = st.g.toFixed(2);
+        sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, toggles));
+        if (st.mode === "gradient") sendSweep(Object.assign({ n: st.n }, toggles));
+      },
+      relabel() {
+        build(mode);
+        if (lastSim) drawSim(lastSim);
+        if (lastSweep) drawSweep(lastSweep);
+      },
+    };
+  };
+})();
