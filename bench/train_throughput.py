@@ -1,0 +1,95 @@
+"""Training throughput of the course model: tokens/s and achieved FLOP/s as a fraction
+of this machine's fp32 matmul peak, measured in the same run.
+
+FLOPs per token = 6N (N = non-embedding parameters + the LM head matmul) plus
+attention, 12 * L * T * d per token (forward + backward of QK^T and PV, causal
+masking not subtracted). Peak = the best of a few large square torch.mm calls.
+
+    python bench/train_throughput.py [--threads 1] [--steps 10] [--batch 16] [--seq 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from depthlab.model import Transformer
+from depthlab.presets import course
+from depthlab.train.optim import make_optimizer
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def flops_per_token(model: Transformer, seq: int) -> float:
+    cfg = model.cfg
+    n = sum(p.numel() for name, p in model.named_parameters() if not name.startswith(
+        ("embed_tokens", "pos_embed")))
+    n += cfg.vocab_size * cfg.d_model if cfg.tie_embeddings else 0  # the tied LM head matmul
+    return 6 * n + 12 * cfg.n_layers * seq * cfg.n_heads * cfg.head_size
+
+
+def measure(d_model: int, compiled: bool, steps: int, batch: int,
+            seq: int) -> tuple[float, float]:
+    cfg = course()
+    cfg = replace(cfg, model=replace(cfg.model, d_model=d_model, vocab_size=2048))
+    torch.manual_seed(0)
+    model = Transformer(cfg.model)
+    opt = make_optimizer(model, cfg.train)
+    fwd = torch.compile(model) if compiled else model
+    x = torch.randint(0, cfg.model.vocab_size, (batch, seq + 1))
+
+    def step() -> None:
+        loss = F.cross_entropy(fwd(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):  # warm-up (and compilation)
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    tokens_per_s = steps * batch * seq / (time.perf_counter() - t0)
+    return tokens_per_s, flops_per_token(model, seq)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_peak()
+    print(f"threads {args.threads}; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (2048^3 torch.mm)")
+    print(f"{'d_model':>7} {'mode':>8} {'tokens/s':>10} {'GFLOP/s':>8} {'of peak':>8}")
+    for d in (128, 256):
+        for compiled in (False, True):
+            mode = "compiled" if compiled else "eager"
+            try:
+                tps, fpt = measure(d, compiled, args.steps, args.batch, args.seq)
+            except Exception as e:  # torch.compile needs a working C++ toolchain
+                print(f"{d:>7} {mode:>8}  skipped: torch.compile failed "
+                      f"({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                continue
+            achieved = tps * fpt
+            print(f"{d:>7} {mode:>8} {tps:>10,.0f} {achieved / 1e9:>8.1f} "
+                  f"{achieved / peak:>8.1%}")
+
+
+if __name__ == "__main__":
+    main()
