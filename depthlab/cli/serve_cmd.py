@@ -126,8 +126,10 @@ def run_lab(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from depthlab.probes import use_single_thread
     from depthlab.web.export import export_page
 
+    use_single_thread()
     path = export_page(args.dir, runs_dir=args.runs, grid=args.grid, progress=True)
     size = path.stat().st_size / 1e6
     print(f"depthlab: wrote {path} ({size:.1f} MB); open it in a browser, no server needed")

@@ -69,11 +69,14 @@
         if (spec.yLog) {
           // Only powers of ten, and at most ~6 of them labelled: log grids get dense.
           const pow10 = (v) => v > 0 && Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
-          yAxis.filter = (u, splits) => {
+          const keep = (u, splits) => {
             const n = splits.filter(pow10).length;
             const step = Math.max(1, Math.ceil(n / 6));
             return splits.map((v) => (pow10(v) && Math.round(Math.log10(v)) % step === 0 ? v : null));
           };
+          yAxis.filter = keep;
+          yAxis.grid.filter = keep;
+          yAxis.ticks.filter = keep;
         }
         return {
           width: width(), height, series, scales, legend: { show: spec.legend !== false, live: false },

@@ -1,0 +1,140 @@
+"""`depthlab export-page DIR`: one self-contained HTML file that opens from disk.
+
+The page's own scripts and styles are inlined, and its data are embedded as JSON:
+the simulator precomputed on a grid of slider positions (GRIDS), the sweeps over g,
+the anatomy, evolution table, growth, block diagrams and every experiment's
+export.json. The same JavaScript reads that data instead of calling the API
+(static/js/api.js, `embedded`). Values are rounded to 4 significant digits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from depthlab.web import compute, lesson
+from depthlab.web.runs import Runs
+from depthlab.web.schemas import AnatomyRequest, GrowthRequest, SimulateRequest, SweepRequest
+
+STATIC = Path(__file__).parent / "static"
+
+# The slider positions a static copy holds. "standard": N in 11 depths and g from 0.5 to
+# 2.0 in steps of 0.1 (16 values), every combination of the three toggles, both modes:
+# about 1.5 MB and half a minute to compute. The page snaps its sliders to the grid.
+GRIDS = {
+    "standard": {"n": (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+                 "g": tuple(round(0.5 + 0.1 * i, 2) for i in range(16)), "g_step": 0.1},
+    "small": {"n": (2, 8, 32), "g": (0.5, 1.0, 1.5, 2.0), "g_step": 0.5},
+}
+TOGGLES = tuple(itertools.product((False, True), repeat=3))  # residual, prenorm, scale_writes
+ANATOMY = ("course", "lesson-anchor")
+
+
+def _bits(t: tuple[bool, bool, bool]) -> str:
+    return "".join("1" if b else "0" for b in t)
+
+
+def _round(obj):
+    """4 significant digits for every float (keeps the file small; the page shows 3)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.4g}")
+    if isinstance(obj, dict):
+        return {k: _round(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_round(v) for v in obj]
+    return obj
+
+
+def simulator_grid(grid: dict, progress: bool = False) -> dict:
+    plain: dict = {"gradient": {}, "collapse": {}}
+    improved: dict = {"gradient": {}, "collapse": {}}
+    sweeps: dict = {}
+    total = len(grid["n"])
+    for i, n in enumerate(grid["n"]):
+        if progress:
+            print(f"\rdepthlab: precomputing the simulator: N = {n} ({i + 1}/{total})",
+                  end="", file=sys.stderr, flush=True)
+        for t in TOGGLES:
+            toggles = dict(zip(("residual", "prenorm", "scale_writes"), t, strict=True))
+            sweeps[f"{n}|{_bits(t)}"] = compute.sweep(SweepRequest(n=n, **toggles))
+            for g, mode in itertools.product(grid["g"], ("gradient", "collapse")):
+                r = compute.simulate(SimulateRequest(mode=mode, n=n, g=g, **toggles))
+                key = f"{n}|{g:.2f}"
+                plain[mode][key] = r["plain"]
+                improved[mode][f"{key}|{_bits(t)}"] = r["improved"]
+    if progress:
+        print(file=sys.stderr)
+    return {"plain": plain, "improved": improved, "sweep": sweeps}
+
+
+def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) -> dict:
+    from depthlab import __version__
+    from depthlab.config import PLACEMENTS
+
+    g = GRIDS[grid]
+    data = {"meta": {"version": __version__, "mode": "static",
+                     "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     "grid": {"n": list(g["n"]), "g": list(g["g"]), "g_step": g["g_step"]},
+                     "presets": lesson.presets()},
+            "grid": {"n": list(g["n"]), "g": list(g["g"])}}
+    data.update(simulator_grid(g, progress))
+    data["growth"] = compute.growth(GrowthRequest())
+    data["blocks"] = {}
+    for p in lesson.presets():
+        name = p["name"]
+        data["blocks"][name] = {"": lesson.block(name)}
+        if data["blocks"][name][""]["norm"] != "none":
+            for place in PLACEMENTS:
+                data["blocks"][name][place] = lesson.block(name, place)
+    data["anatomy"] = {n: compute.anatomy(AnatomyRequest(config=n)) for n in ANATOMY}
+    data["anatomy_configs"] = {"presets": ["course"], "configs": ["lesson-anchor"]}
+    data["evolution"] = compute.evolution()
+    runs = Runs(runs_dir)
+    data["experiments"] = runs.summary()
+    data["exports"] = {}
+    for item in data["experiments"]:
+        if item["has_data"]:
+            data["exports"][item["name"]] = runs.export(item["name"])
+    return _round(data)
+
+
+def _inline(html: str, data: dict) -> str:
+    def css(m: re.Match) -> str:
+        return "<style>\n" + (STATIC / m.group(1)).read_text(encoding="utf-8") + "\n</style>"
+
+    def js(m: re.Match) -> str:
+        code = (STATIC / m.group(1)).read_text(encoding="utf-8")
+        return "<script>\n" + code.replace("</script", "<\\/script") + "\n</script>"
+
+    html = re.sub(r'<link rel="icon"[^>]*>\n?', "", html)
+    html = re.sub(r'<link rel="stylesheet" href="static/([^"]+)">', css, html)
+    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")
+    blob = f'<script type="application/json" id="depthlab-data">{payload}</script>\n'
+    first = html.index('<script src="')
+    html = html[:first] + blob + html[first:]
+    html = re.sub(r'<script src="static/([^"]+)"></script>', js, html)
+    # Nothing may be fetched: scripts and styles are inline, everything else is refused.
+    csp = ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+           'script-src \'unsafe-inline\'; style-src \'unsafe-inline\'; img-src data:">')
+    return html.replace('<meta charset="utf-8">', '<meta charset="utf-8">\n' + csp, 1)
+
+
+def export_page(out_dir: Path, *, runs_dir: Path = Path("runs"), grid: str = "standard",
+                progress: bool = False) -> Path:
+    """Write out_dir/index.html and return its path."""
+    if grid not in GRIDS:
+        raise ValueError(f"grid must be one of {', '.join(GRIDS)}")
+    data = page_data(Path(runs_dir), grid, progress)
+    html = _inline((STATIC / "index.html").read_text(encoding="utf-8"), data)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "index.html"
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path

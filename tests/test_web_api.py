@@ -1,0 +1,238 @@
+"""The page's API: every endpoint answers, bad input is a 4xx naming the field, the
+schema lists every endpoint, every response carries the CSP header."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from fastapi.testclient import TestClient
+
+from depthlab.web.app import create_app
+
+FIXTURE_EXPORT = {
+    "experiment": "residual",
+    "question": {"en": "What does removing the residual do?", "zh": "去掉残差会怎样?"},
+    "exported_at": "2026-01-02T03:04:05Z",
+    "depthlab_version": "0.1.0",
+    "command": "depthlab experiment residual --budget micro --out runs",
+    "budget": "micro",
+    "charts": [{"id": "val_loss", "title": {"en": "Validation loss", "zh": "验证损失"},
+                "x_label": {"en": "step", "zh": "步"}, "y_label": {"en": "loss", "zh": "损失"},
+                "y_log": False,
+                "series": [{"label": "residual", "x": [0, 10, 20], "y": [4.0, 3.0, 2.5],
+                            "color": "#2e7d32", "dash": False},
+                           {"label": "no residual", "x": [0, 10, 20], "y": [4.0, 3.8, 3.7],
+                            "color": None, "dash": True}]}],
+    "table": {"columns": ["run", "val loss"], "rows": [["residual", 2.5], ["none", 3.7]]},
+    "conclusions": [{"en": "The residual helps.", "zh": "残差有用。"}],
+}
+
+
+@pytest.fixture()
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    (root / "residual").mkdir(parents=True)
+    (root / "residual" / "export.json").write_text(json.dumps(FIXTURE_EXPORT))
+    return root
+
+
+@pytest.fixture()
+def client(runs):
+    return TestClient(create_app(runs, warm=False))
+
+
+def test_page_and_static_assets_with_csp(client):
+    for path in ("/", "/static/js/main.js", "/static/css/page.css",
+                 "/static/vendor/uplot/uPlot.iife.min.js", "/api/meta"):
+        r = client.get(path)
+        assert r.status_code == 200, path
+        assert r.headers["content-security-policy"] == "default-src 'self'"
+    html = client.get("/").text
+    assert "<script>" not in html and "style=" not in html  # nothing inline: CSP allows none
+    assert "http://" not in html and "https://" not in html
+
+
+def test_meta(client):
+    m = client.get("/api/meta").json()
+    assert m["limits"]["n"] == [1, 64] and m["limits"]["g"] == [0.5, 2.0]
+    assert "course" in [p["name"] for p in m["presets"]]
+
+
+def test_simulate_gradient_matches_probe(client):
+    from depthlab.probes import StackRequest, gradient_reach
+
+    r = client.post("/api/simulate", json={"mode": "gradient", "n": 8, "g": 1.5,
+                                            "residual": True, "prenorm": True}).json()
+    assert len(r["plain"]["per_layer"]) == 8 and len(r["improved"]["stream_rms"]) == 9
+    probe = gradient_reach(StackRequest(depth=8, gain=1.5, residual=True, prenorm=True))
+    assert r["improved"]["ratio"] == pytest.approx(probe.ratio)
+    plain = gradient_reach(StackRequest(depth=8, gain=1.5))
+    assert r["plain"]["ratio"] == pytest.approx(plain.ratio)
+
+
+def test_simulate_collapse(client):
+    r = client.post("/api/simulate", json={"mode": "collapse", "n": 4, "g": 1.0}).json()
+    assert len(r["plain"]["rel_distance"]) == 5 and len(r["improved"]["mean_cosine"]) == 5
+    assert r["plain"]["rel_distance"][-1] < r["plain"]["rel_distance"][0]
+
+
+def test_sweep(client):
+    r = client.post("/api/sweep", json={"n": 4, "residual": False}).json()
+    assert r["gains"][0] == 0.5 and r["gains"][-1] == 2.0
+    assert r["plain"] == r["improved"]  # all toggles off: the improved row is the plain one
+
+
+def test_paths_norms_growth(client):
+    p = client.post("/api/paths", json={"n": 2, "a": 0.5}).json()
+    assert p["residual_output"] == 2.25 and p["plain_output"] == 0.25
+    assert [x["value"] for x in p["paths"]] == [1.0, 0.5, 0.5, 0.25]
+    big = client.post("/api/paths", json={"n": 64, "a": 10}).json()  # finite in JSON
+    assert big["residual_output"] == pytest.approx(11.0 ** 64)
+    n = client.post("/api/norms", json={"x": [3, 4]}).json()
+    assert n["rms"] == pytest.approx(math.sqrt(12.5))
+    assert n["rmsnorm"] == pytest.approx([0.8485, 1.1314], abs=1e-4)
+    assert n["layernorm"] == pytest.approx([-1, 1], abs=1e-4)
+    g = client.post("/api/growth", json={"writes": 16}).json()
+    assert len(g["measured_rms"]) == 17 and g["expected"][16] == pytest.approx(math.sqrt(17))
+
+
+def test_block_anatomy_evolution(client):
+    b = client.get("/api/block", params={"preset": "course"}).json()
+    assert b["slots"] == ["in"] and b["placement"] == "pre"
+    assert client.get("/api/block", params={"preset": "vaswani2017"}).json()["slots"] == ["post"]
+    s = client.get("/api/block", params={"preset": "course", "placement": "sandwich"}).json()
+    assert s["slots"] == ["in", "out"]
+    names = client.get("/api/anatomy").json()
+    assert "course" in names["presets"] and "lesson-anchor" in names["configs"]
+    a = client.get("/api/anatomy/course").json()
+    assert a["model"]["n_layers"] == 4 and a["total_params"] > 0
+    rows = client.get("/api/evolution").json()
+    assert any(r["name"] == "lesson-anchor" and r["n_writes"] == 128 for r in rows)
+
+
+def test_experiments_listing_export_status(client):
+    items = client.get("/api/experiments").json()
+    res = next(i for i in items if i["name"] == "residual")
+    assert res["has_data"] and res["exported_at"] == FIXTURE_EXPORT["exported_at"]
+    assert client.get("/api/experiments/residual").json() == FIXTURE_EXPORT
+    st = client.get("/api/experiments/residual/status").json()
+    assert st["has_data"] and st["job"] is None
+
+
+class _FakeProc:
+    pid = 4242
+
+    def __init__(self, cmd, **kw):
+        self.cmd = cmd
+        self.done = False
+
+    def poll(self):
+        return 0 if self.done else None
+
+    def terminate(self):
+        self.done = True
+
+    def wait(self, timeout=None):
+        return 0
+
+
+def test_run_starts_one_at_a_time(client, monkeypatch):
+    import depthlab.web.runs as runs_mod
+
+    started = []
+    monkeypatch.setattr(runs_mod.subprocess, "Popen",
+                        lambda cmd, **kw: started.append(_FakeProc(cmd)) or started[-1])
+    r = client.post("/api/experiments/residual/run", json={"budget": "quick"})
+    assert r.status_code == 202 and r.json()["running"]
+    cmd = started[0].cmd
+    assert cmd[1:5] == ["-m", "depthlab", "experiment", "residual"] and "quick" in cmd
+    again = client.post("/api/experiments/residual/run", json={"budget": "micro"})
+    assert again.status_code == 409 and "one at a time" in again.json()["error"]
+    assert client.get("/api/experiments/residual/status").json()["job"]["running"]
+    started[0].done = True
+    assert client.post("/api/experiments/residual/run", json={}).status_code == 202
+
+
+BAD = [
+    ("post", "/api/simulate", {"n": 0}, "n"),
+    ("post", "/api/simulate", {"n": 65}, "n"),
+    ("post", "/api/simulate", {"n": "many"}, "n"),
+    ("post", "/api/simulate", {"g": 0.4}, "g"),
+    ("post", "/api/simulate", {"g": 2.01}, "g"),
+    ("post", "/api/simulate", {"mode": "explode"}, "mode"),
+    ("post", "/api/simulate", {"residul": True}, "residul"),
+    ("post", "/api/simulate", {"residual": "sometimes"}, "residual"),
+    ("post", "/api/sweep", {"n": 100}, "n"),
+    ("post", "/api/paths", {"n": 65}, "n"),
+    ("post", "/api/paths", {"a": 11}, "a"),
+    ("post", "/api/norms", {"x": []}, "x"),
+    ("post", "/api/norms", {"x": list(range(65))}, "x"),
+    ("post", "/api/norms", {"x": [1, 1e7]}, "x"),
+    ("post", "/api/norms", {"x": [3, 4], "eps": 0}, "eps"),
+    ("post", "/api/norms", {}, "x"),
+    ("post", "/api/growth", {"writes": 100000}, "writes"),
+    ("get", "/api/anatomy/course?tokens=999", None, "tokens"),
+    ("get", "/api/anatomy/no-such-model", None, "config"),
+    ("get", "/api/block?preset=nope", None, "preset"),
+    ("get", "/api/block?preset=course&placement=sideways", None, "placement"),
+    ("get", "/api/experiments/nope", None, "name"),
+    ("get", "/api/experiments/nope/status", None, "name"),
+    ("post", "/api/experiments/nope/run", {}, "name"),
+    ("post", "/api/experiments/residual/run", {"budget": "full"}, "budget"),
+]
+
+
+@pytest.mark.parametrize("method,path,body,field", BAD)
+def test_bad_input_is_4xx_naming_the_field(client, method, path, body, field):
+    r = client.post(path, json=body) if method == "post" else client.get(path)
+    assert 400 <= r.status_code < 500, r.text
+    assert field in r.json()["error"]
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"x": [NaN]}', b"[1, 2]", b""])
+def test_malformed_bodies(client, content):
+    for path in ("/api/simulate", "/api/norms"):
+        r = client.post(path, content=content, headers={"content-type": "application/json"})
+        assert 400 <= r.status_code < 500 and r.json()["error"]
+
+
+def test_openapi_lists_every_endpoint(client):
+    spec = client.get("/openapi.json").json()
+    assert spec["openapi"].startswith("3.") and spec["info"]["title"]
+    expected = {("/api/meta", "get"), ("/api/simulate", "post"), ("/api/sweep", "post"),
+                ("/api/paths", "post"), ("/api/norms", "post"), ("/api/growth", "post"),
+                ("/api/block", "get"), ("/api/anatomy", "get"), ("/api/anatomy/{config}", "get"),
+                ("/api/evolution", "get"), ("/api/experiments", "get"),
+                ("/api/experiments/{name}", "get"), ("/api/experiments/{name}/status", "get"),
+                ("/api/experiments/{name}/run", "post")}
+    found = {(p, m) for p, ops in spec["paths"].items() for m in ops}
+    assert expected <= found
+    schemas = spec["components"]["schemas"]
+    for path, method in expected:
+        op = spec["paths"][path][method]
+        assert op["responses"] and op.get("summary")
+        ref = op.get("requestBody", {}).get("content", {}).get("application/json", {}) \
+            .get("schema", {}).get("$ref")
+        if ref:
+            assert ref.split("/")[-1] in schemas
+    sim = schemas["SimulateRequest"]
+    assert sim["properties"]["n"]["maximum"] == 64 and sim["additionalProperties"] is False
+
+
+def test_trusted_hosts_refuse_other_names(runs):
+    c = TestClient(create_app(runs, allowed_hosts=["127.0.0.1"], warm=False),
+                   base_url="http://127.0.0.1")
+    assert c.get("/api/meta").status_code == 200
+    assert c.get("/api/meta", headers={"host": "evil.example"}).status_code == 400
+
+
+def test_answers_are_cached(client):
+    from depthlab.web import compute
+
+    body = {"mode": "gradient", "n": 3, "g": 0.75}
+    client.post("/api/simulate", json=body)
+    hits = compute.simulate.cache_info().hits
+    client.post("/api/simulate", json=body)
+    assert compute.simulate.cache_info().hits == hits + 1
