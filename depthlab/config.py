@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from depthlab.errors import ConfigError
+from depthlab.errors import ConfigError, read_json_object
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered")
@@ -149,15 +149,7 @@ class Config:
 
     @classmethod
     def load(cls, path: str | Path) -> Config:
-        path = Path(path)
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: a config must be a JSON object")
+        raw = read_json_object(path, "no such config file", ConfigError)
         # A run's config.json carries provenance next to the config itself.
         raw = raw.get("config", raw)
         return cls.from_dict(raw)

@@ -5,6 +5,10 @@ message names the field and what is allowed; the CLI prints it on one line and
 exits with code 2, so nobody has to read a traceback to fix a typo.
 """
 
+from __future__ import annotations
+
+from pathlib import Path
+
 
 class UserError(Exception):
     """A problem with the user's input; the message is shown as it is."""
@@ -14,3 +18,21 @@ class UserError(Exception):
 
 class ConfigError(UserError, ValueError):
     """An invalid config value or combination of values."""
+
+
+def read_json_object(path: Path | str, missing: str = "no such file",
+                     error: type[UserError] = UserError) -> dict:
+    """Parse a file holding one JSON object, or raise `error` with one line naming the file:
+    `missing` when it does not exist, the parser's complaint when it is not JSON."""
+    import json
+
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path}: expected a JSON object")
+    return raw

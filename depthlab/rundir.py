@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from depthlab.config import Config
-from depthlab.errors import UserError
+from depthlab.errors import UserError, read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -78,12 +78,7 @@ def read_config(run_dir: Path) -> tuple[Config, dict[str, Any]]:
     path = Path(run_dir) / CONFIG_FILE
     if not Path(run_dir).is_dir():
         raise UserError(f"{run_dir}: no such run directory")
-    if not path.exists():
-        raise UserError(f"{path}: missing; is {run_dir} a depthlab run directory?")
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
+    record = read_json_object(path, f"missing; is {run_dir} a depthlab run directory?")
     return Config.from_dict(record.get("config", record)), record
 
 

@@ -105,4 +105,4 @@ def test_unreadable_config_file(tmp_path, capsys):
     bad = tmp_path / "config.json"
     bad.write_text("{")
     assert main(["anatomy", str(bad)]) == 2
-    assert "not a readable JSON" in capsys.readouterr().err
+    assert "config.json: not valid JSON" in capsys.readouterr().err

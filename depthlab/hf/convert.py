@@ -17,7 +17,7 @@ import torch
 
 from depthlab import rundir
 from depthlab.config import Config
-from depthlab.errors import UserError
+from depthlab.errors import UserError, read_json_object
 from depthlab.hf.config_map import hf_config_from_model, run_config_from_hf
 from depthlab.hf.weights import (
     SINGLE_FILE,
@@ -42,15 +42,7 @@ class Converted:
 
 
 def _read_json(path: Path) -> dict:
-    if not path.exists():
-        raise UserError(f"{path}: missing; is {path.parent} a Hugging Face checkpoint directory?")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return raw
+    return read_json_object(path, f"missing; is {path.parent} a Hugging Face checkpoint directory?")
 
 
 def _check_out(out_dir: Path, marker: str, force: bool) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from depthlab.config import ModelConfig, validate_model
-from depthlab.errors import ConfigError, UserError
+from depthlab.errors import ConfigError, UserError, read_json_object
 from depthlab.model.summary import build_meta, component_of
 
 CONFIG_PACKAGE = "depthlab.data"
@@ -34,17 +34,8 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
     if name_or_path in shipped_configs():
         text = (resources.files(CONFIG_PACKAGE) / "configs" / f"{name_or_path}.json").read_text()
         return json.loads(text)
-    path = Path(name_or_path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such config file; shipped configs: "
-                        f"{', '.join(shipped_configs())}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a readable JSON config ({e})") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a config.json must be a JSON object")
-    return raw
+    return read_json_object(name_or_path, "no such config file; shipped configs: "
+                            + ", ".join(shipped_configs()))
 
 
 def _need(raw: dict[str, Any], key: str) -> Any:
