@@ -71,6 +71,7 @@
           const pow10 = (v) => v > 0 && Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
           const keep = (u, splits) => {
             const n = splits.filter(pow10).length;
+            if (n < 3) return splits; // less than two decades: keep uPlot's own ticks
             const step = Math.max(1, Math.ceil(n / 6));
             return splits.map((v) => (pow10(v) && Math.round(Math.log10(v)) % step === 0 ? v : null));
           };
