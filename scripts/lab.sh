@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/depthlab model describe --preset course --check "$@"
+exec .venv/bin/depthlab lab "$@"

@@ -41,7 +41,7 @@ BUDGETS: dict[str, Budget] = {
                     eval_tokens=16384, seeds=1, shallow=4, deep=12, deepest=48,
                     about="minutes on a 2-core laptop; what `depthlab lab` runs"),
     "standard": Budget("standard", steps=500, batch_size=16, seq_len=64, eval_every=50,
-                       eval_tokens=32768, seeds=2, shallow=4, deep=12, deepest=48,
+                       eval_tokens=16384, seeds=2, shallow=4, deep=12, deepest=48,
                        about="the README's figures: 2 seeds; about an hour for all six on a "
                        "2-core laptop"),
     "full": Budget("full", steps=5000, batch_size=64, seq_len=256, eval_every=250,
