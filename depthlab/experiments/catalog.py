@@ -104,11 +104,27 @@ def residual_grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
     return specs_over_seeds(arms, seeds)
 
 
+def unigram_loss(results: list[RunResult]) -> float:
+    """Validation loss of predicting every token from train-split frequencies alone
+    (add-one smoothed): the level a model reaches when it ignores the context."""
+    import numpy as np
+
+    from depthlab.tokenizer import prepare_data
+
+    data = prepare_data(results[0].spec.cfg.data)
+    counts = np.bincount(np.asarray(data.train), minlength=data.vocab_size) + 1.0
+    logp = np.log(counts / counts.sum())
+    return float(-logp[np.asarray(data.val)].mean())
+
+
 def residual_analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
+    unigram = unigram_loss(results)
     style = {f"L{b.shallow}-plain": (GREEN, False), f"L{b.shallow}-none": (RED, False),
              f"L{b.deep}-plain": (GREEN, True), f"L{b.deep}-none": (RED, True)}
     report = Report(charts=loss_charts(arms, style))
+    report.charts[0]["series"].append(series("unigram baseline", [0, b.steps], [unigram, unigram],
+                                             GREY, dash=True))
     report.table["columns"] = ["layers", "residual", "final val loss", "gap (none - residual)"]
     gaps = {}
     for depth in (b.shallow, b.deep):
@@ -121,6 +137,18 @@ def residual_analyze(results: list[RunResult], b: Budget) -> Report:
         report.conclusions.append(gap_sentence(
             f"{depth} layers", f"{depth} 层", with_res, without,
             ("the residual model", "有残差的模型"), ("the model without residual", "去掉残差的模型")))
+    report.table["rows"].append(["-", "unigram baseline", f"{unigram:.4f}", ""])
+    stuck = [d for d in (b.shallow, b.deep) if mean(final_values(arms[f"L{d}-none"])) > unigram - 0.05]
+    if stuck:
+        depths = " and ".join(str(d) for d in stuck)
+        model_ends = "models end" if len(stuck) > 1 else "model ends"
+        report.conclusions.append(text(
+            f"Without the residual, the {depths}-layer {model_ends} within 0.05 nats of the unigram "
+            f"baseline ({unigram:.4f}: predicting each token from its frequency alone): "
+            f"{'they have' if len(stuck) > 1 else 'it has'} not learned to use the context in "
+            "this budget.",
+            f"去掉残差后,{depths} 层模型最终与一元基线({unigram:.4f},只按字符频率预测)相差不到 "
+            "0.05 nats:在这个预算内它没有学会利用上下文。"))
     (g_s, n_s), (g_d, n_d) = gaps[b.shallow], gaps[b.deep]
     if math.isfinite(g_s) and math.isfinite(g_d):
         if g_d - g_s > n_s + n_d:
