@@ -77,6 +77,7 @@ def test_evolution_table_rows():
     assert (first["d_model"], first["d_ff"], first["placement"]) == (512, 2048, "post")
     for r in rows:
         assert 0 < r["ffn_share"] < 1
+        assert r["generation_zh"] and r["generation_zh"] != r["generation"]  # the page's 中文 header
     json.dumps(rows)
 
 

@@ -187,6 +187,11 @@ EVOLUTION = (
     ("2025 Qwen3 dense", "config", "qwen3-32b", {}),
     ("2025-26 anchor (lesson)", "config", "lesson-anchor", {}),
 )
+GENERATION_ZH = {
+    "2017 original": "2017 · 原版", "2019 GPT-2": "2019 · GPT-2",
+    "2020-23 Llama style": "2020–23 · Llama 式", "2025 Qwen3 dense": "2025 · Qwen3 稠密",
+    "2025-26 anchor (lesson)": "2025–26 · 本课锚点",
+}
 
 
 def evolution_table() -> list[dict[str, Any]]:
@@ -201,7 +206,8 @@ def evolution_table() -> list[dict[str, Any]]:
             a = anatomy_of(name)
         m = a.model
         rows.append({
-            "generation": generation, "name": a.name, "source": a.source,
+            "generation": generation, "generation_zh": GENERATION_ZH[generation],
+            "name": a.name, "source": a.source,
             "ffn": m.ffn, "d_model": m.d_model, "d_ff": m.ffn_hidden,
             "ffn_multiple": round(a.ffn_multiple, 3), "ffn_share": a.ffn_share,
             "q_proj_in": m.d_model, "q_proj_width": a.q_proj_width, "attn_gate": m.attn_gate,

@@ -356,7 +356,7 @@
     let rows = null;
     function draw() {
       const zh = DL.lang() === "zh";
-      const head = [zh ? "零件" : "part"].concat(rows.map((r) => r.generation + " · " + r.name));
+      const head = [zh ? "零件" : "part"].concat(rows.map((r) => (zh ? r.generation_zh : r.generation) + " · " + r.name));
       const line = (label, f) => [label].concat(rows.map(f));
       const normName = (r) => r.norm + (r.qk_norm ? " + QK-norm" : "");
       const body = [
