@@ -46,7 +46,10 @@
         const series = [{ label: spec.xName ? spec.xName() : "x" }].concat(
           spec.series.map((s) => {
             const o = { label: typeof s.label === "function" ? s.label() : s.label, stroke: s.color,
-                        width: s.width || 2, points: { show: !!s.points, size: 5 } };
+                        width: s.width || 2, points: { show: !!s.points, size: 5 },
+                        // series of one chart may sample different x (eval every k steps vs a
+                        // two-point baseline): draw each as a line across the others' x
+                        spanGaps: true };
             if (s.dash) o.dash = [6, 4];
             if (s.bars) {
               o.paths = uPlot.paths.bars({ size: [0.75, 40] });
