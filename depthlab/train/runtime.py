@@ -9,6 +9,7 @@ always under torchrun; every core only for wider models.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ class Runtime:
 
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
+            # Leave together: a rank that tears down its gloo pairs while a peer is still
+            # finishing can make that peer abort on a closed connection.
+            with contextlib.suppress(RuntimeError):
+                dist.barrier()
             dist.destroy_process_group()
 
 
