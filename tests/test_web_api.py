@@ -198,6 +198,12 @@ def test_malformed_bodies(client, content):
         assert 400 <= r.status_code < 500 and r.json()["error"]
 
 
+def test_no_cdn_docs_viewer(client):
+    # FastAPI's /docs and /redoc pull scripts from a CDN; the page loads nothing external.
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404
+
+
 def test_openapi_lists_every_endpoint(client):
     spec = client.get("/openapi.json").json()
     assert spec["openapi"].startswith("3.") and spec["info"]["title"]

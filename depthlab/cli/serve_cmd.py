@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve = sub.add_parser(
         "serve", help="serve the lesson page locally (FastAPI + uvicorn)",
         description="Serve the lesson page and its API. Binds to 127.0.0.1 by default; the page "
-        "loads nothing from outside this machine. The API schema is at /docs and /openapi.json.")
+        "loads nothing from outside this machine. The API schema is at /openapi.json.")
     _server_args(serve)
     serve.set_defaults(handler=run_serve)
 

@@ -71,7 +71,10 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
         yield
         runs.stop()  # never leave a background experiment behind
 
+    # No /docs or /redoc: FastAPI's viewers load their scripts from a CDN, and this page
+    # loads nothing from outside the machine. The schema itself is at /openapi.json.
     app = FastAPI(title="depthlab lesson page", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,
                   description="Live probes, exact arithmetic and project measurements for the "
                   "lesson on residual connections and normalization.")
     app.state.runs = runs
