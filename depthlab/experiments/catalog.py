@@ -150,7 +150,15 @@ def residual_analyze(results: list[RunResult], b: Budget) -> Report:
             f"去掉残差后,{depths} 层模型最终与一元基线({unigram:.4f},只按字符频率预测)相差不到 "
             "0.05 nats:在这个预算内它没有学会利用上下文。"))
     (g_s, n_s), (g_d, n_d) = gaps[b.shallow], gaps[b.deep]
-    if math.isfinite(g_s) and math.isfinite(g_d):
+    if len(stuck) == 2:
+        report.conclusions.append(text(
+            f"The gap is {g_s:+.4f} at {b.shallow} layers and {g_d:+.4f} at {b.deep}; with both "
+            "models without residual at the unigram level, any change of the gap with depth "
+            "comes from the residual models alone, so this budget cannot show whether removing "
+            "the residual hurts more at depth.",
+            f"差距在 {b.shallow} 层为 {g_s:+.4f},{b.deep} 层为 {g_d:+.4f};两个去掉残差的模型都停在一元水平,"
+            "差距随深度的变化只来自有残差的模型,这个预算无法说明去掉残差是否在更深时伤害更大。"))
+    elif math.isfinite(g_s) and math.isfinite(g_d):
         if g_d - g_s > n_s + n_d:
             report.conclusions.append(text(
                 f"The gap grows with depth: {g_s:+.4f} at {b.shallow} layers, {g_d:+.4f} at "
