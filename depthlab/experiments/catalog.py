@@ -175,11 +175,16 @@ def residual_analyze(results: list[RunResult], b: Budget) -> Report:
 # --- init-gradients ----------------------------------------------------------------
 
 def init_gradients_grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+    """The course model with and without residual, and Pre vs Post-Norm at the plain 0.02
+    init of Xiong et al. 2020 (the 0.02/sqrt(2L) rule would itself shrink the difference)."""
     deep = variant(base, f"model.n_layers={b.deep}")
+    plain_init = variant(deep, "model.scaled_init=false")
     arms = [
         ("pre-residual", "Pre-Norm, residual", deep),
         ("pre-none", "Pre-Norm, no residual", variant(deep, "model.residual=none")),
-        ("post-residual", "Post-Norm, residual", variant(deep, "model.placement=post")),
+        ("pre-residual-init0.02", "Pre-Norm, residual, init 0.02", plain_init),
+        ("post-residual-init0.02", "Post-Norm, residual, init 0.02",
+         variant(plain_init, "model.placement=post")),
     ]
     return specs_over_seeds(arms, max(seeds, 3), init_only=True)
 
@@ -190,7 +195,8 @@ def _block_grads(runs: list[RunResult]) -> list[list[float]]:
 
 def init_gradients_analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
-    colors = {"pre-residual": GREEN, "pre-none": RED, "post-residual": BLUE}
+    colors = {"pre-residual": GREEN, "pre-none": RED, "pre-residual-init0.02": ORANGE,
+              "post-residual-init0.02": BLUE}
     curves, ratios = [], {}
     report = Report()
     report.table["columns"] = ["arm", "first block", "last block", "last / first"]
@@ -208,13 +214,13 @@ def init_gradients_analyze(results: list[RunResult], b: Budget) -> Report:
                             f"初始化时每一块收到的梯度({b.deep} 层,{len(arms['pre-residual'])} 个种子)"),
         text("block (1 = bottom)", "块(1 = 最底层)"),
         text("gradient norm of the block's parameters", "该块参数的梯度范数"), curves, y_log=True))
-    post, pre = mean(ratios["post-residual"]), mean(ratios["pre-residual"])
+    post, pre = mean(ratios["post-residual-init0.02"]), mean(ratios["pre-residual-init0.02"])
     factor = post / pre
     if factor >= 1.5:
         report.conclusions.append(text(
             f"Post-Norm's last/first block gradient ratio is {factor:.2f}x Pre-Norm's "
-            f"({post:.3f} vs {pre:.3f}): relative to the bottom, Post-LN gives the top blocks "
-            "more gradient (Xiong et al. 2020).",
+            f"({post:.3f} vs {pre:.3f}, both at init 0.02): relative to the bottom, Post-LN "
+            "gives the top blocks more gradient (Xiong et al. 2020).",
             f"Post-Norm 的末块/首块梯度比是 Pre-Norm 的 {factor:.2f} 倍({post:.3f} 对 {pre:.3f}):"
             "相对底层,Post-LN 给顶层的梯度更大(Xiong 等 2020)。"))
     else:
@@ -222,7 +228,7 @@ def init_gradients_analyze(results: list[RunResult], b: Budget) -> Report:
             f"Post-Norm's last/first ratio is only {factor:.2f}x Pre-Norm's ({post:.3f} vs "
             f"{pre:.3f}); the effect of Xiong et al. 2020 does not show clearly here.",
             f"Post-Norm 的末块/首块梯度比只是 Pre-Norm 的 {factor:.2f} 倍,Xiong 等 2020 的效应这里不明显。"))
-    none = mean(ratios["pre-none"])
+    none, pre = mean(ratios["pre-none"]), mean(ratios["pre-residual"])
     report.conclusions.append(text(
         f"Without the residual, the last/first ratio is {none:.3g} (with it: {pre:.3g}): "
         f"{'the bottom block gets far more gradient than the top' if none < pre else 'the bottom gets less'}"
@@ -386,9 +392,10 @@ def norm_type_analyze(results: list[RunResult], b: Budget) -> Report:
     t_ln, t_rms = _ms_per_step(arms["layernorm"]), _ms_per_step(arms["rmsnorm"])
     report.conclusions.append(text(
         f"Time per step: LayerNorm {t_ln:.1f} ms, RMSNorm {t_rms:.1f} ms (ratio {t_ln / t_rms:.2f}; "
-        "the norms are a small share of a step at this size, so this is mostly noise).",
+        "timed inside the training runs, so other work on the machine shows up in them; the "
+        "norms are a small share of a step at this size).",
         f"每步用时:LayerNorm {t_ln:.1f} ms,RMSNorm {t_rms:.1f} ms(比值 {t_ln / t_rms:.2f};"
-        "这个规模下归一化只占一步的一小部分,差别多半是噪声)。"))
+        "在训练中计时,机器上的其他负载也会计入;这个规模下归一化只占一步的一小部分)。"))
     return report
 
 
@@ -458,7 +465,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                "去掉残差,课程模型在 4 层和 12 层各会怎样?", ("model.residual", "model.n_layers"),
                residual_grid, residual_analyze),
     Experiment("init-gradients", "How much gradient does each block receive at initialisation?",
-               "初始化时每一块收到多大的梯度?", ("model.residual", "model.placement"),
+               "初始化时每一块收到多大的梯度?", ("model.residual", "model.placement", "model.scaled_init"),
                init_gradients_grid, init_gradients_analyze),
     Experiment("stream-rms", "How does the residual stream's RMS grow with each write?",
                "残差流的 RMS 随每次写入怎样增长?", ("model.n_layers", "model.scaled_init"),
