@@ -452,11 +452,14 @@ def attn_gate_analyze(results: list[RunResult], b: Budget) -> Report:
         f"Share of attention on the first token: {100 * s_no:.1f}% without the gate, "
         f"{100 * s_gate:.1f}% with it, against {100 * baseline:.1f}% for uniform causal attention. "
         + ("An attention sink has formed without the gate." if sink else
-           "No attention sink has formed at this scale (the ungated share is not far above the "
-           "uniform baseline), so this run cannot show the gate removing one."),
+           "No attention sink has formed at this scale (the ungated share is "
+           f"{'below' if s_no < baseline else 'under twice'} the uniform baseline), so this run "
+           "cannot show the gate removing one."),
         f"首 token 的注意力占比:无门控 {100 * s_no:.1f}%,有门控 {100 * s_gate:.1f}%,均匀因果注意力为 "
         f"{100 * baseline:.1f}%。" + ("无门控时已出现注意力汇聚。" if sink else
-                                      "这个规模下没有形成注意力汇聚(无门控的占比并不远高于均匀基线),所以这次运行无法展示门控消除它。")))
+                                      "这个规模下没有形成注意力汇聚(无门控的占比"
+                                      f"{'低于' if s_no < baseline else '不到两倍'}均匀基线),"
+                                      "所以这次运行无法展示门控消除它。")))
     return report
 
 
