@@ -37,7 +37,8 @@ def section(runs: Path) -> str:
         shutil.copyfile(runs / name / f"{name}-{chart}.png", images / f"{name}-{chart}.png")
         shutil.copyfile(path, images / f"{name}.export.json")  # the numbers behind the text
         body = summary_markdown(export).splitlines()
-        body = [line for line in body if not line.startswith("![")]
+        body = ["#### " + line[3:] if line.startswith("## ") else line
+                for line in body if not line.startswith("![")]
         body[0] = f"### {name}"
         out += body + [f"![{export['charts'][0]['title']['en']}](docs/results/{name}-{chart}.png)",
                        ""]
