@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
-DEFAULT_EXPERIMENTS = ("residual",)
 
 
 class RunError(Exception):
@@ -26,13 +25,10 @@ class RunError(Exception):
 
 
 def known_experiments() -> dict[str, dict[str, str]]:
-    """name -> question {en, zh}, from the experiments registry when it is installed."""
-    try:
-        from depthlab.experiments import EXPERIMENTS
-    except ImportError:
-        return {n: {"en": "", "zh": ""} for n in DEFAULT_EXPERIMENTS}
-    return {name: {"en": getattr(e, "question", ""), "zh": getattr(e, "question_zh", "")}
-            for name, e in EXPERIMENTS.items()}
+    """name -> question {en, zh}, from the experiments registry."""
+    from depthlab.experiments import EXPERIMENTS
+
+    return {name: {"en": e.question, "zh": e.question_zh} for name, e in EXPERIMENTS.items()}
 
 
 def _read_json(path: Path) -> dict | None:
