@@ -52,7 +52,9 @@ def _stack(req: SimulateRequest | SweepRequest, **kw):
 
 def _clean(values) -> list[float | None]:
     """JSON has no inf/nan: send them as null (the charts leave a gap)."""
-    return [v if math.isfinite(v) else None for v in values]
+    from depthlab.probes.simulator import json_list
+
+    return json_list(tuple(values))
 
 
 @_cached(maxsize=2048)
