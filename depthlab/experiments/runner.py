@@ -140,8 +140,13 @@ def run_experiment(
             if spec.init_only:
                 init_probe_run(spec, run_dir)
                 continue
-            summary = train(spec.cfg, run_dir, resume=True, progress=False,
-                            on_step=lambda step, _v: status.update(force=False, step=step))
+            def on_step(step: int, values: dict, spec: RunSpec = spec) -> None:
+                status.update(force=False, step=step)
+                if step % 10 == 0 or step == spec.cfg.train.steps:
+                    bar.set_postfix_str(f"{spec.name} step {step}/{spec.cfg.train.steps} "
+                                        f"loss {values['loss']:.3f}")
+
+            summary = train(spec.cfg, run_dir, resume=True, progress=False, on_step=on_step)
             if summary.status == "interrupted":
                 status.update(state="interrupted", message=summary.message)
                 raise KeyboardInterrupt
