@@ -368,7 +368,9 @@ def norm_type_grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
 
 
 def _ms_per_step(runs: list[RunResult]) -> float:
-    rates = sorted(rec["tokens_per_s"] for r in runs for rec in r.of("train")[1:])
+    # The first logged step includes warm-up costs; skip it when there are others.
+    rates = sorted(rec["tokens_per_s"] for r in runs
+                   for rec in (r.of("train")[1:] or r.of("train")))
     if not rates:
         return math.nan
     tokens = runs[0].spec.cfg.train.batch_size * runs[0].spec.cfg.train.seq_len
