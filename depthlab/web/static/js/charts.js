@@ -72,9 +72,12 @@
         if (spec.yLog) {
           // Only powers of ten, and at most ~6 of them labelled: log grids get dense.
           const pow10 = (v) => v > 0 && Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
+          // Within two decades uPlot ticks 1, 2, 3, ... 9: keep the 1-2-5 ones so labels don't crowd.
+          const mantissa125 = (v) => v > 0 && [1, 2, 5].some(
+            (m) => Math.abs(v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9)) - m) < 1e-6);
           const keep = (u, splits) => {
             const n = splits.filter(pow10).length;
-            if (n < 3) return splits; // less than two decades: keep uPlot's own ticks
+            if (n < 3) return splits.map((v) => (mantissa125(v) ? v : null));
             const step = Math.max(1, Math.ceil(n / 6));
             return splits.map((v) => (pow10(v) && Math.round(Math.log10(v)) % step === 0 ? v : null));
           };
