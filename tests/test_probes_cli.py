@@ -106,3 +106,25 @@ def test_unreadable_config_file(tmp_path, capsys):
     bad.write_text("{")
     assert main(["anatomy", str(bad)]) == 2
     assert "config.json: not valid JSON" in capsys.readouterr().err
+
+
+def test_probe_run_measures_a_run_directory(tmp_path, capsys):
+    import json
+
+    import torch
+
+    from depthlab.model import Transformer
+    from depthlab.presets import tiny
+    from depthlab.rundir import save_weights, write_config
+
+    torch.manual_seed(0)
+    cfg = tiny()
+    write_config(tmp_path, cfg)
+    save_weights(tmp_path, Transformer(cfg.model))
+    assert main(["probe", "run", str(tmp_path), "--ids", "1,2,3,4,5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    L = cfg.model.n_layers
+    assert len(out["grad_norm"]) == 2 * L and len(out["stream_rms"]) == 2 * L + 1
+    assert out["per_layer"][-1] == 1.0 and out["prompt_ids"] == [1, 2, 3, 4, 5]
+    assert main(["probe", "run", str(tmp_path / "missing"), "--ids", "1,2"]) == 2
+    assert "no such run directory" in capsys.readouterr().err

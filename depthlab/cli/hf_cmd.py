@@ -39,12 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")
     e.set_defaults(handler=export_cmd)
 
-    pr = hsub.add_parser(
-        "probe", help="stream growth, gradient reach and collapse of a run on your prompt",
-        description="Measure a loaded run (e.g. an imported pretrained model) on one prompt: "
-        "residual-stream RMS after each write, the LM loss's gradient norm arriving at each "
-        "block, and token collapse per layer. Example: depthlab hf probe runs/qwen3-0.6b "
-        "--prompt 'The residual stream carries'")
+    add_run_probe(hsub, "probe", "depthlab hf probe runs/qwen3-0.6b")
+    p.set_defaults(handler=lambda a: p.print_help() or 2)
+
+
+def add_run_probe(sub: argparse._SubParsersAction, name: str, example: str) -> None:
+    """The probes on a run directory (trained or imported), as `hf probe` and `probe run`."""
+    pr = sub.add_parser(
+        name, help="stream growth, gradient reach and collapse of a run on your prompt",
+        description="Measure a run directory (one you trained, or an imported pretrained "
+        "model) on one prompt: residual-stream RMS after each write, the LM loss's gradient "
+        "norm arriving at each sublayer, and token collapse per write. Example: "
+        f"{example} --prompt 'The residual stream carries'")
     pr.add_argument("run_dir", metavar="RUN_DIR")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", metavar="TEXT", help="text, encoded with the run's tokenizer.json")
@@ -52,7 +58,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
     pr.set_defaults(handler=probe_cmd)
-    p.set_defaults(handler=lambda a: p.print_help() or 2)
 
 
 def import_cmd(args: argparse.Namespace) -> int:

@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     n.add_argument("--eps", type=float, default=1e-5)
     n.add_argument("--json", action="store_true", help="print JSON instead of a table")
     n.set_defaults(handler=norms)
+
+    from depthlab.cli.hf_cmd import add_run_probe
+
+    add_run_probe(psub, "run", "depthlab probe run runs/course-shakespeare-char-s1337")
     p.set_defaults(handler=lambda a: p.print_help() or 2)
 
 

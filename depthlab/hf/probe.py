@@ -87,6 +87,6 @@ def probe_model(model: Any, ids: list[int]) -> dict[str, Any]:
 
 def probe_run(run_dir: Path, prompt: str | list[int], device: str = "cpu") -> dict[str, Any]:
     """`probe_model` on a run directory; `prompt` is text (run's tokenizer) or token ids."""
+    model, _ = rundir.load_model(Path(run_dir), device=device)  # names a missing run first
     ids = encode_prompt(run_dir, prompt) if isinstance(prompt, str) else list(prompt)
-    model, _ = rundir.load_model(Path(run_dir), device=device)
     return {"run": str(run_dir), "prompt_ids": ids, **probe_model(model, ids)}
