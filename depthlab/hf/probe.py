@@ -35,7 +35,7 @@ def probe_model(model: Any, ids: list[int]) -> dict[str, Any]:
     the FFN); per stream state (2L + 1, 0 = embedding, k = after write k) its RMS and
     the token-collapse measures.
     """
-    from depthlab.probes import mean_cosine, rel_distance
+    from depthlab.probes.real import stream_measures, stream_sites
 
     if len(ids) < 2:
         raise UserError(f"the prompt needs at least 2 tokens, got {len(ids)}")
@@ -44,10 +44,7 @@ def probe_model(model: Any, ids: list[int]) -> dict[str, Any]:
         raise UserError(f"token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
     L = model.cfg.n_layers
     idx = torch.tensor([ids], device=next(model.parameters()).device)
-    reads, writes = [], []
-    for i in range(L):
-        reads += [f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_mid"]
-        writes += [f"blocks.{i}.hook_resid_mid", f"blocks.{i}.hook_resid_post"]
+    reads, writes = stream_sites(L)
 
     def lm_loss(logits: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits[0, :-1].float(), idx[0, 1:])
@@ -71,18 +68,8 @@ def probe_model(model: Any, ids: list[int]) -> dict[str, Any]:
             p.requires_grad_(True)
         model.train(was_training)
 
-    norms = torch.stack([cache.grads[n].double().norm() for n in reads])
-    states = torch.stack([cache[n][0].double() for n in ["hook_embed", *writes]])  # [2L+1, T, D]
-    per_layer = norms / norms[-1]
-    return {
-        "kind": "checkpoint", "n_tokens": len(ids), "loss": lm_loss(logits.detach()).item(),
-        "sublayers": [f"{i}.{kind}" for i in range(L) for kind in ("attn", "mlp")],
-        "grad_norm": norms.tolist(), "per_layer": per_layer.tolist(),
-        "ratio": float(per_layer[0]),
-        "stream_rms": states.pow(2).mean(dim=(-2, -1)).sqrt().tolist(),
-        "rel_distance": rel_distance(states).tolist(),
-        "mean_cosine": mean_cosine(states).tolist(),
-    }
+    return {"kind": "checkpoint", "n_tokens": len(ids), "loss": lm_loss(logits.detach()).item(),
+            **stream_measures(cache, L, cache["hook_embed"])}
 
 
 def probe_run(run_dir: Path, prompt: str | list[int], device: str = "cpu") -> dict[str, Any]:

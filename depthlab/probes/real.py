@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import Any
 
 import torch
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import UserError
+from depthlab.hooks import ActivationCache
 from depthlab.model import Transformer
 from depthlab.probes.simulator import json_list, json_number, mean_cosine, rel_distance
 
@@ -62,6 +64,32 @@ class RealResult:
                 "mean_cosine": json_list(self.mean_cosine)}
 
 
+def stream_sites(n_layers: int) -> tuple[list[str], list[str]]:
+    """Hook names of the stream each sublayer reads (2L, bottom first) and of the stream
+    after each of the 2L writes."""
+    reads, writes = [], []
+    for i in range(n_layers):
+        reads += [f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_mid"]
+        writes += [f"blocks.{i}.hook_resid_mid", f"blocks.{i}.hook_resid_post"]
+    return reads, writes
+
+
+def stream_measures(cache: ActivationCache, n_layers: int, first: torch.Tensor) -> dict[str, Any]:
+    """From a `run_with_cache(names=stream_sites(...), grad_of=...)` of one sequence: the
+    gradient norm at the stream each sublayer reads (and relative to the top one), and RMS
+    and token collapse of each stream state (2L + 1: `first`, then after each write)."""
+    reads, writes = stream_sites(n_layers)
+    norms = torch.stack([cache.grads[n].double().norm() for n in reads])
+    states = torch.stack([first.detach()[0].double()] + [cache[n][0].double() for n in writes])
+    per_layer = norms / norms[-1]
+    return {"sublayers": [f"{i}.{kind}" for i in range(n_layers) for kind in ("attn", "mlp")],
+            "grad_norm": norms.tolist(), "per_layer": per_layer.tolist(),
+            "ratio": float(per_layer[0]),
+            "stream_rms": states.pow(2).mean(dim=(-2, -1)).sqrt().tolist(),
+            "rel_distance": rel_distance(states).tolist(),
+            "mean_cosine": mean_cosine(states).tolist()}
+
+
 @lru_cache(maxsize=64)
 def real_probe(req: RealRequest) -> RealResult:
     """Gradient reach, stream RMS and token collapse of a freshly initialised model."""
@@ -73,19 +101,11 @@ def real_probe(req: RealRequest) -> RealResult:
     with torch.no_grad():
         x = model.embed(idx)
     x.requires_grad_()  # so the gradient arriving at the bottom sublayer is recorded too
-    reads, writes = [], []
-    for i in range(req.model.n_layers):
-        reads += [f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_mid"]
-        writes += [f"blocks.{i}.hook_resid_mid", f"blocks.{i}.hook_resid_post"]
+    reads, writes = stream_sites(req.model.n_layers)
     # Loss: a fixed random readout of the logits, so only the stack shapes the gradient.
     _, cache = model.run_with_cache(embeds=x, names=list(dict.fromkeys(reads + writes)),
                                     grad_of=lambda logits: (logits * readout).sum())
-    norms = torch.stack([cache.grads[n].norm() for n in reads])
-    states = torch.stack([x] + [cache[n] for n in writes])[:, 0]  # [2L + 1, T, D]
-    per_layer = norms / norms[-1]
-    return RealResult(
-        req, tuple(f"{i}.{kind}" for i in range(req.model.n_layers) for kind in ("attn", "mlp")),
-        tuple(norms.tolist()), tuple(per_layer.tolist()), float(per_layer[0]),
-        tuple(states.pow(2).mean(dim=(-2, -1)).sqrt().tolist()),
-        tuple(rel_distance(states).tolist()), tuple(mean_cosine(states).tolist()),
-    )
+    m = stream_measures(cache, req.model.n_layers, x)
+    return RealResult(req, tuple(m["sublayers"]), tuple(m["grad_norm"]), tuple(m["per_layer"]),
+                      m["ratio"], tuple(m["stream_rms"]), tuple(m["rel_distance"]),
+                      tuple(m["mean_cosine"]))
