@@ -420,9 +420,7 @@ def first_token_share(run_dir: Path) -> tuple[float, float]:
 
     model, cfg = load_model(run_dir)
     data = prepare_data(cfg.data)
-    offsets, length = batches.eval_offsets(len(data.val), cfg.train.seq_len,
-                                           8 * cfg.train.seq_len)
-    x, _ = batches.windows(data.val, offsets[:8], length, torch.device("cpu"))
+    x, _ = batches.fixed_batch(data.val, 8, cfg.train.seq_len, torch.device("cpu"))
     with torch.no_grad():
         _, cache = model.run_with_cache(x, names=lambda n: n.endswith("hook_pattern"))
     shares = torch.stack([cache[n][..., 0] for n in cache.keys()])  # [L, B, H, T]

@@ -84,8 +84,7 @@ def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     tc = cfg.train
     torch.manual_seed(tc.seed)
     model = Transformer(cfg.model)
-    offsets, length = batches.eval_offsets(len(data.val), tc.seq_len, tc.batch_size * tc.seq_len)
-    x, y = batches.windows(data.val, offsets[:tc.batch_size], length, torch.device("cpu"))
+    x, y = batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, torch.device("cpu"))
     write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     with MetricsWriter(run_dir) as log:

@@ -40,3 +40,11 @@ def eval_offsets(n_tokens: int, seq_len: int, eval_tokens: int) -> tuple[np.ndar
     length = min(seq_len, n_tokens - 1)
     count = max(1, min(eval_tokens // length, (n_tokens - 1) // length))
     return np.arange(count) * length, length
+
+
+def fixed_batch(ids: np.ndarray, batch_size: int, seq_len: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `batch_size` validation windows: the fixed batch probes measure on, so
+    a run's probe lines and an init-time measurement see the same tokens."""
+    offsets, length = eval_offsets(len(ids), seq_len, batch_size * seq_len)
+    return windows(ids, offsets[:batch_size], length, device)

@@ -227,10 +227,7 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
     autocast = (torch.autocast(rt.device.type, dtype=torch.bfloat16)
                 if tc.dtype == "bfloat16" else contextlib.nullcontext())
 
-    probe_offsets, probe_len = batches.eval_offsets(len(data.val), tc.seq_len,
-                                                    tc.batch_size * tc.seq_len)
-    probe_x, probe_y = batches.windows(data.val, probe_offsets[:tc.batch_size], probe_len,
-                                       rt.device)
+    probe_x, probe_y = batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, rt.device)
     tokens_per_step = tc.batch_size * tc.grad_accum * tc.seq_len
 
     def checkpoint(step: int) -> None:
