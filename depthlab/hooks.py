@@ -61,8 +61,8 @@ class HookedModule(nn.Module):
     def hook_names(self) -> list[str]:
         return list(self.hook_points())
 
-    def _select(self, names: Names) -> list[str]:
-        points = self.hook_points()
+    def _select(self, names: Names, points: dict[str, HookPoint] | None = None) -> list[str]:
+        points = self.hook_points() if points is None else points
         if names is None:
             return list(points)
         if callable(names):
@@ -86,7 +86,7 @@ class HookedModule(nn.Module):
         gradient arriving at the site) by name; they are removed on exit, even on error."""
         points = self.hook_points()
         fwd, bwd = list(fwd), list(bwd)
-        self._select([name for name, _ in fwd + bwd])  # check every name in one pass
+        self._select([name for name, _ in fwd + bwd], points)  # check every name in one pass
         handles = []
         try:
             for name, fn in fwd:
