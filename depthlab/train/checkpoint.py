@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from depthlab.rundir import WEIGHTS_FILE, load_weights, save_weights
+from depthlab.rundir import WEIGHTS_FILE, atomic_write, load_weights, save_weights
 
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "state.pt"
@@ -48,11 +48,6 @@ def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, keep: int, **extra: Any) -> Path:
     """Write checkpoint `step`, refresh RUN/model.safetensors, keep the newest `keep`."""
@@ -64,8 +59,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
         save_weights(tmp, model)
         state = {"step": step, "optimizer": optimizer.state_dict(),
                  "torch_rng": torch.get_rng_state(), **extra}
-        torch.save(state, tmp / STATE_FILE)
-        _fsync(tmp / STATE_FILE)
+        atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))  # written + fsynced
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)
