@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
 from pathlib import Path
 
 from depthlab.config import diff, flatten
@@ -34,8 +35,7 @@ class Status:
         self._last_write = 0.0
 
     def update(self, force: bool = True, **values: object) -> None:
-        import time
-
+        """Record values; write now, or (force=False) at most every half second."""
         self.state.update(values, updated_at=now_iso())
         if force or time.monotonic() - self._last_write > 0.5:
             atomic_write_text(self.path, json.dumps(self.state))
