@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from depthlab.config import DataConfig
-from depthlab.errors import UserError
+from depthlab.errors import UserError, read_json_object
 
 CACHE_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
@@ -125,13 +125,8 @@ class BPETokenizer:
 def load_tokenizer(path: Path) -> Tokenizer:
     """Read a tokenizer.json written by either tokenizer kind."""
     path = Path(path)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such tokenizer file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a valid tokenizer file ({e})") from None
-    if isinstance(record, dict) and record.get("kind") == "char":
+    record = read_json_object(path, "no such tokenizer file")
+    if record.get("kind") == "char":
         return CharTokenizer(record["chars"])
     from tokenizers import Tokenizer as HFTokenizer
 
