@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from depthlab.config import PLACEMENTS
-from depthlab.errors import ConfigError
+from depthlab.config import validate_model
 
 
 def block(preset: str, placement: str | None = None) -> dict:
@@ -18,13 +17,8 @@ def block(preset: str, placement: str | None = None) -> dict:
     from depthlab.presets import get_preset
 
     m = get_preset(preset).model
-    if placement is not None:
-        if placement not in PLACEMENTS:
-            raise ConfigError(f"placement={placement!r} is not allowed; choose one of: "
-                              f"{', '.join(PLACEMENTS)}")
-        if m.norm == "none":
-            raise ConfigError(f"placement: preset {preset!r} has no norm to place")
-        m = replace(m, placement=placement)
+    if placement is not None:  # checked like any config: allowed values, needs a norm
+        m = validate_model(replace(m, placement=placement))
     slots = list(NORM_SLOTS[m.placement]) if m.norm != "none" else []
     return {"preset": preset, "placement": m.placement, "norm": m.norm, "slots": slots,
             "residual": m.residual, "ffn": m.ffn, "ffn_hidden": m.ffn_hidden,
