@@ -15,6 +15,7 @@ import torch
 
 from depthlab.errors import UserError
 from depthlab.model.norms import LayerNorm, RMSNorm
+from depthlab.probes.simulator import json_list, json_number
 
 MAX_PATH_DEPTH = 64
 MAX_LISTED_PATHS = 16  # paths are listed one by one up to N = 4 (2^4 = 16)
@@ -46,11 +47,14 @@ class PathExpansion:
     def to_json(self) -> dict:
         return {
             "kind": "paths", "depth": self.depth, "scale": self.scale, "x0": self.x0,
-            "groups": [vars(g) for g in self.groups],
-            "paths": [{"layers": list(p), "value": v} for p, v in self.paths],
-            "residual_output": self.residual_output, "plain_output": self.plain_output,
-            "jacobian_factors": list(self.jacobian_factors), "jacobian": self.jacobian,
-            "plain_jacobian": self.plain_jacobian,
+            "groups": [vars(g) | {"value_each": json_number(g.value_each),
+                                  "total": json_number(g.total)} for g in self.groups],
+            "paths": [{"layers": list(p), "value": json_number(v)} for p, v in self.paths],
+            "residual_output": json_number(self.residual_output),
+            "plain_output": json_number(self.plain_output),
+            "jacobian_factors": json_list(self.jacobian_factors),
+            "jacobian": json_number(self.jacobian),
+            "plain_jacobian": json_number(self.plain_jacobian),
         }
 
 
