@@ -8,7 +8,8 @@ Every line has "kind" and "time" (unix seconds); kinds and their other keys:
     probe      step, resid_rms (2L+1 values: embedding, then after each write),
                grad_resid_pre (L values: |dLoss/dx| arriving at each block's input),
                grad_params (L values: norm of each block's parameter gradients)
-    run_end    step, status (completed | interrupted | failed), message
+    run_end    step, status (completed | interrupted | failed), message, diverged (true when
+               a non-finite loss or gradient stopped the run; a crash logs no diverged key)
 Readers ignore unknown keys and a truncated last line. On resume the trainer cuts
 the log back to the checkpoint's step (see `truncate_after`), so curves never
 hold the same step twice.

@@ -164,7 +164,7 @@ def test_non_finite_loss_stops_with_exit_code_3(tmp_path):
     assert s.status == "failed" and s.exit_code == EXIT_DIVERGED == 3
     assert "loss is nan at step 13" in s.message and "step_0000010" in s.message
     end = read_metrics(tmp_path / "run")[-1]
-    assert end["status"] == "failed" and end["step"] == 12
+    assert end["status"] == "failed" and end["step"] == 12 and end["diverged"] is True
     assert checkpoint_dirs(tmp_path / "run")[-1][0] == 10
 
 

@@ -51,7 +51,7 @@ def is_finished(run_dir: Path, spec: RunSpec) -> bool:
     end = ends[-1]
     if end.get("status") == "completed":
         return spec.init_only or end.get("step") == spec.cfg.train.steps
-    return end.get("status") == "failed" and "at step" in str(end.get("message", ""))
+    return end.get("status") == "failed" and end.get("diverged") is True
 
 
 def describe_grid(specs: list[RunSpec]) -> str:

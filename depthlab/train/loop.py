@@ -334,7 +334,7 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
     elapsed = time.time() - started
     if writer is not None:
         writer.log("run_end", step=step, status=status, message=message,
-                   elapsed_s=round(elapsed, 3))
+                   diverged=status == "failed", elapsed_s=round(elapsed, 3))
         writer.close()
     loop_time = max(time.time() - loop_start, 1e-9)
     return RunSummary(run_dir, status, step, tc.steps, step * tokens_per_step, train_loss,
