@@ -249,8 +249,8 @@
     const Y = (v) => H - v;
     const residual = b.residual !== "none";
     svg.append(s("line", { x1: SX, y1: Y(32), x2: SX, y2: Y(y - 14), class: residual ? "stream" : "stream broken" }));
-    const side = s("text", { x: SX - 10, y: Y(60), class: "side", transform: `rotate(-90 ${SX - 10} ${Y(60)})` }, DL.t("b.stream"));
-    svg.append(side);
+    // named at its foot, right of the line: a rotated label along it would sit under norm boxes
+    svg.append(s("text", { x: SX + 8, y: Y(30), class: "side" }, DL.t("b.stream")));
     for (const it of items) {
       const [kind, v] = it;
       if (kind === "label") svg.append(s("text", { x: SX - 30, y: Y(v) + 5, class: "lbl" }, it[2]));
