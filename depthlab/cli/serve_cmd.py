@@ -120,9 +120,26 @@ def run_lab(args: argparse.Namespace) -> int:
         if not export.is_file():
             raise UserError(f"the experiment finished without writing {export}")
         print(f"depthlab: data written: {export}")
+    print(conclusions_text(export), flush=True)
     if args.no_serve:
         return 0
     return _serve(args)
+
+
+def conclusions_text(export: Path) -> str:
+    """The experiment's question and its "what the data show" lines from export.json, so
+    `lab` ends with what was learnt and not only where the files are."""
+    from depthlab.errors import read_json_object
+    from depthlab.experiments.report import validate_export
+
+    data = read_json_object(export)
+    problems = validate_export(data)
+    if problems:
+        raise UserError(f"{export}: {problems[0]}; delete the folder and run `depthlab lab` again")
+    lines = [f"{data['experiment']} ({data['budget']} budget): {data['question']['en']}",
+             "What the data show:"]
+    lines += [f"  - {c['en']}" for c in data["conclusions"]] or ["  (no conclusions recorded)"]
+    return "\n".join(lines)
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from depthlab.config import diff, flatten
 from depthlab.errors import UserError
 from depthlab.experiments.spec import BUDGETS, Experiment, RunResult, RunSpec, base_config
 from depthlab.metrics import read_metrics
+from depthlab.progress import Progress
 from depthlab.rundir import atomic_write_text
 
 STATUS_FILE = "status.json"
@@ -123,29 +123,32 @@ def run_experiment(
     status = Status(root, name, len(specs))
     status.update()
     trained_now = False
-    from tqdm import tqdm
-
-    bar = tqdm(specs, unit="run", desc=name, disable=not (progress and sys.stderr.isatty()),
-               file=sys.stderr)
+    bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True)
     try:
-        for i, spec in enumerate(bar):
+        for i, spec in enumerate(specs):
             run_dir = root / "runs" / spec.name
             status.update(runs_done=i, current_run=spec.name, step=0,
                           steps=0 if spec.init_only else spec.cfg.train.steps)
             if is_finished(run_dir, spec):
+                bar.skip(i + 1)
                 continue
             trained_now = True
-            bar.set_postfix_str(spec.name)
             if spec.init_only:
                 init_probe_run(spec, run_dir)
+                bar.report(i + 1, run=f"{spec.name} measured at init")
                 continue
-            def on_step(step: int, values: dict, spec: RunSpec = spec) -> None:
-                status.update(force=False, step=step)
-                if step % 10 == 0 or step == spec.cfg.train.steps:
-                    bar.set_postfix_str(f"{spec.name} step {step}/{spec.cfg.train.steps} "
-                                        f"loss {values['loss']:.3f}")
+            steps = Progress(spec.cfg.train.steps, desc=f"{name} {i + 1}/{len(specs)} {spec.name}",
+                             initial=None, enabled=progress, leave=False)
 
-            summary = train(spec.cfg, run_dir, resume=True, progress=False, on_step=on_step)
+            def on_step(step: int, values: dict, steps: Progress = steps) -> None:
+                status.update(force=False, step=step)
+                steps.report(step, loss=values["loss"], tokens_per_s=values["tokens_per_s"])
+
+            with steps:
+                summary = train(spec.cfg, run_dir, resume=True, progress=False, on_step=on_step)
+            bar.report(i + 1, run=f"{spec.name} {summary.status} at step {summary.step}",
+                       loss=summary.train_loss, val_loss=summary.val_loss,
+                       tokens_per_s=summary.tokens_per_s)
             if summary.status == "interrupted":
                 status.update(state="interrupted", message=summary.message)
                 raise KeyboardInterrupt

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from depthlab.errors import UserError
 from depthlab.hooks import HookFn
 from depthlab.metrics import MetricsWriter, truncate_after
 from depthlab.model import Transformer
+from depthlab.progress import Progress
 from depthlab.rundir import CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE, read_config, write_config
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime
@@ -151,7 +151,8 @@ def train(
     max_steps: stop (as if interrupted, with a checkpoint) after this many steps of
       this call; the schedule still belongs to cfg.train.steps.
     fwd_hooks: (hook name, fn) pairs attached to the model for the whole run.
-    on_step: called on rank 0 after every optimizer step with (step, {"loss", "lr"}).
+    on_step: called on rank 0 after every optimizer step with
+      (step, {"loss", "lr", "tokens_per_s"}).
     Divergence (non-finite loss or gradient) returns status "failed"; user mistakes
     raise depthlab.errors.UserError.
     """
@@ -259,10 +260,8 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                 log_probe(0)
                 val_loss = log_eval(0)
             if rt.is_main:
-                from tqdm import tqdm
-
-                bar = tqdm(total=tc.steps, initial=step, unit="step", dynamic_ncols=True,
-                           disable=not (progress and sys.stderr.isatty()), file=sys.stderr)
+                bar = Progress(tc.steps, desc=f"train {run_dir.name}", initial=step,
+                               enabled=progress)
             while step < tc.steps:
                 t0 = time.perf_counter()
                 lr = lr_at(step, tc)
@@ -304,10 +303,10 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                         writer.log("train", step=step, tokens=step * tokens_per_step,
                                    loss=loss_value, lr=lr, grad_norm=grad_norm,
                                    tokens_per_s=tokens_per_step / dt)
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_step / dt:,.0f}")
+                    bar.report(step, loss=loss_value, tokens_per_s=tokens_per_step / dt)
                     if on_step is not None:
-                        on_step(step, {"loss": loss_value, "lr": lr})
+                        on_step(step, {"loss": loss_value, "lr": lr,
+                                       "tokens_per_s": tokens_per_step / dt})
                 if step % tc.eval_every == 0 or step == tc.steps:
                     val_loss = log_eval(step)
                 if step % tc.probe_every == 0 or step == tc.steps:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from depthlab.progress import Progress
 from depthlab.web import compute, lesson
 from depthlab.web.runs import Runs
 from depthlab.web.schemas import AnatomyRequest, GrowthRequest, SimulateRequest, SweepRequest
@@ -53,11 +53,9 @@ def simulator_grid(grid: dict, progress: bool = False) -> dict:
     plain: dict = {"gradient": {}, "collapse": {}}
     improved: dict = {"gradient": {}, "collapse": {}}
     sweeps: dict = {}
-    total = len(grid["n"])
+    bar = Progress(len(grid["n"]), desc="export-page: precomputing the simulator", unit="depth",
+                   enabled=progress, each_item=True)
     for i, n in enumerate(grid["n"]):
-        if progress:
-            print(f"\rdepthlab: precomputing the simulator: N = {n} ({i + 1}/{total})",
-                  end="", file=sys.stderr, flush=True)
         for t in TOGGLES:
             toggles = dict(zip(("residual", "prenorm", "scale_writes"), t, strict=True))
             sweeps[f"{n}|{_bits(t)}"] = compute.sweep(SweepRequest(n=n, **toggles))
@@ -66,8 +64,8 @@ def simulator_grid(grid: dict, progress: bool = False) -> dict:
                 key = f"{n}|{g:.2f}"
                 plain[mode][key] = r["plain"]
                 improved[mode][f"{key}|{_bits(t)}"] = r["improved"]
-    if progress:
-        print(file=sys.stderr)
+        bar.report(i + 1, depth=f"N = {n} done")
+    bar.close()
     return {"plain": plain, "improved": improved, "sweep": sweeps}
 
 

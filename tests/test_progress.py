@@ -1,0 +1,163 @@
+"""Progress on stderr: plain lines in a log (driven by a fake clock), a tqdm bar on a
+terminal, and the trainer, experiment runner, export-page and `lab` reporting through it."""
+
+import io
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from depthlab import progress as progress_mod
+from depthlab.progress import Progress, format_duration
+
+DATA = Path(__file__).parent / "data"
+TEXT = str(DATA / "tiny_shakespeare.txt")
+LINE = re.compile(r"^(?P<desc>.+): step (?P<done>\d+)/(?P<total>\d+) \(\d+%\), loss \d+\.\d{3}, "
+                  r"[\d,]+ tokens/s, \S+, ETA (\S+)$")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def log_progress(total=10, **kw):
+    clock, stream = FakeClock(), io.StringIO()
+    bar = Progress(total, desc="demo", stream=stream, tty=False, clock=clock, **kw)
+    return bar, clock, stream
+
+
+def test_a_log_gets_a_line_once_per_interval_with_step_loss_rate_and_eta():
+    bar, clock, stream = log_progress(interval=30)
+    for step in range(1, 11):
+        clock.now += 10  # a step every 10 s: a line at 30 s, 60 s, 90 s
+        bar.report(step, loss=3.0 - 0.1 * step, tokens_per_s=1234.5)
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "demo: step 3/10 (30%), loss 2.700, 1,234 tokens/s, 30s, ETA 1m10s",
+        "demo: step 6/10 (60%), loss 2.400, 1,234 tokens/s, 1m00s, ETA 40s",
+        "demo: step 9/10 (90%), loss 2.100, 1,234 tokens/s, 1m30s, ETA 10s",
+    ]
+    assert "\r" not in stream.getvalue()
+
+
+def test_each_item_prints_every_report_and_skipped_work_does_not_speed_up_the_eta():
+    bar, clock, stream = log_progress(total=4, unit="run", each_item=True)
+    bar.skip(2)  # two runs were finished before: they take no time now
+    clock.now += 60
+    bar.report(3, run="third completed")
+    assert stream.getvalue().splitlines() == [
+        "demo: run 3/4 (75%), third completed, 1m00s, ETA 1m00s"]
+
+
+def test_unknown_start_waits_for_a_second_report_before_an_eta():
+    bar, clock, stream = log_progress(total=100, initial=None, interval=0)
+    clock.now += 5
+    bar.report(41, loss=1.0)  # a resumed run: steps 1-40 happened in another process
+    clock.now += 5
+    bar.report(51, loss=1.0)
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith("ETA unknown")
+    assert second.endswith("ETA 24s")  # 10 steps in 5 s, 49 to go: 24.5 s
+
+
+def test_disabled_prints_nothing_and_write_keeps_its_own_line():
+    bar, clock, stream = log_progress(enabled=False, interval=0)
+    bar.report(5, loss=1.0)
+    bar.write("hello")
+    assert stream.getvalue() == ""
+    bar, clock, stream = log_progress(interval=0)
+    bar.write("a note")
+    assert stream.getvalue() == "a note\n"
+
+
+def test_a_terminal_keeps_the_tqdm_bar():
+    stream = io.StringIO()
+    with Progress(10, desc="demo", stream=stream, tty=True) as bar:
+        bar.report(3, loss=2.5, tokens_per_s=1000.0)
+        bar.report(4, loss=2.4, tokens_per_s=1000.0)
+    out = stream.getvalue()
+    assert "\r" in out and "4/10" in out and "loss 2.400" in out and "ETA" not in out
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0s"), (59.4, "59s"), (60, "1m00s"),
+                                           (3599, "59m59s"), (3600, "1h00m"), (7385, "2h03m")])
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.fixture
+def every_report(monkeypatch, tmp_path):
+    """A line for every report, as a 20 s interval would give on a slow run."""
+    monkeypatch.setattr(progress_mod, "LOG_INTERVAL_S", 0.0)
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+
+
+def test_trainer_prints_plain_lines_when_stderr_is_not_a_terminal(tmp_path, capsys,
+                                                                  every_report):
+    from depthlab.presets import tiny
+    from depthlab.train import train
+
+    cfg = tiny()
+    cfg = replace(cfg, data=replace(cfg.data, corpus=TEXT), train=replace(cfg.train, steps=6))
+    train(cfg, tmp_path / "run", progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    matches = [LINE.match(line) for line in lines]
+    assert all(matches), lines
+    assert [int(m["done"]) for m in matches] == [1, 2, 3, 4, 5, 6]
+    assert {m["desc"] for m in matches} == {"train run"}
+    train(cfg, tmp_path / "quiet", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_lab_logs_every_run_and_ends_with_the_conclusions(tmp_path, capsys, every_report):
+    from depthlab.cli import main
+
+    runs = tmp_path / "runs"
+    assert main(["lab", "--budget", "micro", "--no-serve", "--runs", str(runs)]) == 0
+    out, err = capsys.readouterr()
+    step_lines = [m for m in map(LINE.match, err.splitlines()) if m]
+    assert {m["desc"] for m in step_lines} == {
+        "residual 1/4 L2-plain-s0", "residual 2/4 L2-none-s0",
+        "residual 3/4 L3-plain-s0", "residual 4/4 L3-none-s0"}
+    run_lines = [line for line in err.splitlines() if line.startswith("residual: run ")]
+    assert len(run_lines) == 4 and run_lines[-1].startswith("residual: run 4/4 (100%), L3-none")
+    assert all("tokens/s" in line and "ETA" in line and "val loss" in line for line in run_lines)
+    export = json.loads((runs / "residual" / "export.json").read_text())
+    tail = out.rstrip("\n").splitlines()[-len(export["conclusions"]):]
+    assert tail == [f"  - {c['en']}" for c in export["conclusions"]]
+
+    # Data found: no runs, the same conclusions.
+    assert main(["lab", "--no-serve", "--runs", str(runs)]) == 0
+    again, err = capsys.readouterr()
+    assert err == "" and again.startswith("depthlab: data found")
+    assert again.splitlines()[-len(tail):] == tail
+
+
+def test_lab_says_which_field_of_a_broken_export_is_wrong(tmp_path, capsys):
+    from depthlab.cli import main
+
+    export = tmp_path / "residual" / "export.json"
+    export.parent.mkdir()
+    export.write_text(json.dumps({"experiment": "residual"}))
+    assert main(["lab", "--no-serve", "--runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "exported_at must be a string" in err
+
+
+def test_export_page_logs_one_line_per_depth_without_carriage_returns(capsys):
+    from depthlab.web.export import simulator_grid
+
+    simulator_grid({"n": (2, 4), "g": (1.0,), "g_step": 0.5}, progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = err.splitlines()
+    assert [line.split(", ")[0] for line in lines] == [
+        "export-page: precomputing the simulator: depth 1/2 (50%)",
+        "export-page: precomputing the simulator: depth 2/2 (100%)"]
+    assert "N = 4 done" in lines[1] and "ETA 0s" in lines[1]
