@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from depthlab.cli.common import print_json
+from depthlab.cli.table import legend, print_lines, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,9 +52,12 @@ def run(args: argparse.Namespace) -> int:
     for stage, shape in a.shapes:
         print(f"  {stage:<32} [{' x '.join(map(str, shape))}]")
     print("\nParameters:")
-    for comp, n in a.params_by_component.items():
-        print(f"  {comp:<10} {n:>16,}  {100 * n / a.total_params:5.1f}%")
-    print(f"  {'total':<10} {a.total_params:>16,}")
+    rows = [(comp, f"{n:,}", f"{100 * n / a.total_params:.1f}%")
+            for comp, n in a.params_by_component.items()]
+    print_lines([*table(["component", "parameters", "share"],
+                        rows + [("total", f"{a.total_params:,}", "100.0%")], left={0}),
+                 *legend(("component", "where the weights sit, all layers together"),
+                         ("share", "of all parameters"))])
     per = a.params_per_layer
     print(f"  per layer: attention {per['attention']:,}, ffn {per['ffn']:,}, norm {per['norm']:,}"
           f" = {per['total']:,}")
@@ -68,11 +72,18 @@ def _evolution(rows: list[dict], as_json: bool) -> int:
     if as_json:
         print_json(rows)
         return 0
-    print(f"{'generation':<24} {'model':<18} {'FFN':<7} {'d -> d_ff':>14} {'x d':>5} "
-          f"{'FFN %':>6} {'q_proj':>7} {'norm':<22} {'writes':>6} {'params':>16}")
-    for r in rows:
-        print(f"{r['generation']:<24} {r['name']:<18} {r['ffn']:<7} "
-              f"{str(r['d_model']) + ' -> ' + str(r['d_ff']):>14} {r['ffn_multiple']:>5.2f} "
-              f"{100 * r['ffn_share']:>6.1f} {r['q_proj_width']:>7} "
-              f"{r['placement'] + '-' + r['norm']:<22} {r['n_writes']:>6} {r['total_params']:>16,}")
+    print_lines([
+        *table(["generation", "model", "FFN", "d -> d_ff", "x d", "FFN %", "q_proj", "norm",
+                "writes", "params"],
+               [(r["generation"], r["name"], r["ffn"], f"{r['d_model']} -> {r['d_ff']}",
+                 f"{r['ffn_multiple']:.2f}", f"{100 * r['ffn_share']:.1f}", r["q_proj_width"],
+                 f"{r['placement']}-{r['norm']}", r["n_writes"], f"{r['total_params']:,}")
+                for r in rows], left={0, 1, 2, 7}, indent=""),
+        *legend(("FFN", "the FFN's kind"), ("d -> d_ff", "FFN width, in and hidden"), ("x d", "d_ff / d"),
+                ("FFN %", "FFN parameters / all parameters"),
+                ("q_proj", "query projection's output width (twice the heads' width with "
+                 "an output gate)"), ("norm", "where the norm sits and which one"),
+                ("writes", "residual writes, 2 per layer"), ("params", "all parameters"),
+                indent=""),
+    ])
     return 0

@@ -6,6 +6,8 @@ import argparse
 import shlex
 import sys
 
+from depthlab.cli.table import legend, print_lines, table
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -34,9 +36,16 @@ def handle(args: argparse.Namespace) -> int:
     from depthlab.experiments import BUDGETS, EXPERIMENTS
 
     if args.list or not args.name:
-        for name, exp in EXPERIMENTS.items():
-            print(f"{name:<16} {exp.question}")
-        print("\nbudgets: " + "; ".join(f"{n}: {b.about}" for n, b in BUDGETS.items()))
+        print_lines(["experiments:", *table(["name", "question"], [
+            (name, exp.question) for name, exp in EXPERIMENTS.items()], left={0, 1}), "",
+            "budgets (--budget):", *table(
+                ["budget", "steps", "batch x seq", "seeds", "layers", "what for"],
+                [(n, b.steps, f"{b.batch_size} x {b.seq_len}", b.seeds, f"{b.shallow}, {b.deep}",
+                  b.about) for n, b in BUDGETS.items()], left={0, 5}),
+            *legend(("steps", "optimizer steps per training run"),
+                    ("batch x seq", "sequences per step x tokens per sequence"),
+                    ("seeds", "runs per arm"),
+                    ("layers", "the lesson's shallow and deep model (4 and 12)"))])
         return 0 if args.list else 2
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")

@@ -9,8 +9,10 @@ row under "plain". Depth is 1..256 here; the page's slider stops at 64.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
+from depthlab.cli.table import legend, print_lines, table
 from depthlab.errors import UserError
 
 
@@ -94,46 +96,80 @@ def _request(args: argparse.Namespace, **extra: object):
                         **extra)
 
 
-def _sci(values: list[float] | tuple[float, ...]) -> str:
-    return " ".join(f"{v:.2e}" for v in values)
+def _plot(draw, path: str, *results: object) -> None:
+    """Draw with one of depthlab.probes.plots' functions and say where the file went."""
+    draw(*results, path)
+    print(f"depthlab: wrote the plot to {path}", file=sys.stderr)
+
+
+def _columns(req) -> list[tuple[str, str]]:
+    """The compared stacks: plain, and the toggled one when a toggle is set."""
+    stacks = [("plain", "the naive stack x <- F(x)")]
+    if req.toggles != "plain":
+        stacks.append((req.toggles, "the same N, g and seed with " + req.toggles.replace(
+            "+", ", ")))
+    return stacks
+
+
+def _no_toggle_note(req) -> list[str]:
+    if req.toggles != "plain":
+        return []
+    return ["no toggle set: the improved stack equals the plain one (add --residual, "
+            "--prenorm or --scale-writes)"]
 
 
 def gradflow(args: argparse.Namespace) -> int:
     from depthlab.probes import gain_sweep, gradient_reach
 
     req = _request(args)
+    stacks = _columns(req)
     if args.sweep:
         sweep = gain_sweep(req)
         if args.plot:
             from depthlab.probes.plots import plot_sweep
 
-            plot_sweep(sweep, args.plot)
+            _plot(plot_sweep, args.plot, sweep)
         if args.json:
             print_json(sweep.to_json())
             return 0
-        print(f"bottom/top gradient ratio, N={req.depth}, seed {req.seed}")
-        print(f"{'g':>6}  {'plain':>10}  {req.toggles:>10}")
-        for gain, plain, improved in zip(sweep.gains, sweep.plain_ratios, sweep.ratios,
-                                         strict=True):
-            print(f"{gain:>6.2f}  {plain:>10.2e}  {improved:>10.2e}")
+        rows = [(f"{gain:.2f}", f"{plain:.2e}", f"{improved:.2e}")[:1 + len(stacks)]
+                for gain, plain, improved in zip(sweep.gains, sweep.plain_ratios, sweep.ratios,
+                                                 strict=True)]
+        print_lines([f"bottom/top gradient ratio over the init gain, N={req.depth}, "
+                     f"seed {req.seed}", *_no_toggle_note(req),
+                     *table(["g"] + [name for name, _ in stacks], rows),
+                     *legend(("g", "init gain of every weight matrix"),
+                             *((name, f"bottom/top gradient ratio of {what}")
+                               for name, what in stacks))])
         return 0
     res, plain = gradient_reach(req), gradient_reach(req.plain())
     if args.plot:
         from depthlab.probes.plots import plot_gradflow
 
-        plot_gradflow(plain, res, args.plot)
+        _plot(plot_gradflow, args.plot, plain, res)
     if args.json:
         print_json(res.to_json() | {"plain": plain.to_json()})
         return 0
-    print(f"gradient reach, N={req.depth}, g={req.gain}, seed {req.seed} "
-          f"(tanh two-matrix sublayers, {req.tokens} tokens of width {req.width})")
-    for label, r in (("plain", plain), (req.toggles, res)):
-        print(f"  {label:<28} bottom/top {r.ratio:.2e}   stream RMS {r.stream_rms[0]:.3f} -> "
-              f"{r.stream_rms[-1]:.3g}")
-    print("per sublayer, bottom first (gradient / top's):")
-    print(f"  {'l':>3}  {'plain':>10}  {req.toggles:>10}")
-    for i, (a, b) in enumerate(zip(plain.per_layer, res.per_layer, strict=True), start=1):
-        print(f"  {i:>3}  {a:>10.2e}  {b:>10.2e}")
+    results = [plain, res][:len(stacks)]
+    summary = [(name, f"{r.ratio:.2e}", f"{r.stream_rms[0]:.3f}", f"{r.stream_rms[-1]:.3g}")
+               for (name, _), r in zip(stacks, results, strict=True)]
+    per_layer = [(i, *(f"{r.per_layer[i - 1]:.2e}" for r in results))
+                 for i in range(1, req.depth + 1)]
+    print_lines([
+        f"gradient reach, N={req.depth}, g={req.gain}, seed {req.seed} "
+        f"(tanh two-matrix sublayers, {req.tokens} tokens of width {req.width})",
+        *_no_toggle_note(req),
+        *table(["stack", "bottom/top", "RMS in", "RMS out"], summary, left={0}),
+        *legend(("stack", "; ".join(f"{name}: {what}" for name, what in stacks)),
+                ("bottom/top", "gradient at the bottom sublayer's input / at the top's"),
+                ("RMS in, RMS out", "stream RMS at the input and after the last sublayer")),
+        "",
+        "per sublayer, bottom first:",
+        *table(["l"] + [name for name, _ in stacks], per_layer),
+        *legend(("l", "sublayer, 1 = bottom"),
+                (", ".join(name for name, _ in stacks),
+                 "gradient at sublayer l's input / at the top's, in that stack")),
+    ])
     return 0
 
 
@@ -141,21 +177,30 @@ def collapse(args: argparse.Namespace) -> int:
     from depthlab.probes import token_collapse
 
     req = _request(args, ffn=args.ffn)
+    stacks = _columns(req)
     res, plain = token_collapse(req), token_collapse(req.plain())
     if args.plot:
         from depthlab.probes.plots import plot_collapse
 
-        plot_collapse(plain, res, args.plot)
+        _plot(plot_collapse, args.plot, plain, res)
     if args.json:
         print_json(res.to_json() | {"plain": plain.to_json()})
         return 0
+    results = [plain, res][:len(stacks)]
+    rows = [(i, *(cell for r in results
+                  for cell in (f"{r.rel_distance[i]:.2e}", f"{r.mean_cosine[i]:.3f}")))
+            for i in range(len(plain.rel_distance))]
     kind = "attention + FFN" if req.ffn else "attention only"
-    print(f"token collapse, {kind}, N={req.depth}, g={req.gain}, seed {req.seed}, "
-          f"{req.tokens} tokens")
-    print(f"  {'layer':>5}  {'plain r':>10}  {'cos':>6}  {req.toggles + ' r':>12}  {'cos':>6}")
-    for i, (a, ca, b, cb) in enumerate(zip(plain.rel_distance, plain.mean_cosine,
-                                           res.rel_distance, res.mean_cosine, strict=True)):
-        print(f"  {i:>5}  {a:>10.2e}  {ca:>6.3f}  {b:>12.3e}  {cb:>6.3f}")
+    print_lines([
+        f"token collapse, {kind}, N={req.depth}, g={req.gain}, seed {req.seed}, "
+        f"{req.tokens} tokens",
+        *_no_toggle_note(req),
+        *table(["layer"] + [f"{name} {q}" for name, _ in stacks for q in ("r", "cos")], rows),
+        *legend(("layer", "after that many layers, 0 = the input"),
+                ("r", "distance from all tokens equal, |X - mean token| / |X|: 0 = collapsed"),
+                ("cos", "mean cosine over pairs of tokens: 1 = collapsed"),
+                *stacks),
+    ])
     return 0
 
 
@@ -170,22 +215,29 @@ def growth(args: argparse.Namespace) -> int:
     if args.plot:
         from depthlab.probes.plots import plot_growth
 
-        plot_growth(res, args.plot, real)
+        _plot(plot_growth, args.plot, res, real)
     if args.json:
         print_json(res.to_json() | ({"real": real.to_json()} if real else {}))
         return 0
-    print(f"{args.writes} independent unit-variance writes, {args.samples} x 64 samples")
-    print(f"  {'writes':>6}  {'measured RMS':>12}  {'sqrt(1+k)':>9}")
     marks = sorted({0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, args.writes})
-    for k in (k for k in marks if k <= args.writes):
-        print(f"  {k:>6}  {res.measured_rms[k]:>12.3f}  {res.expected[k]:>9.3f}")
+    rows = [(k, f"{res.measured_rms[k]:.3f}", f"{res.expected[k]:.3f}")
+            for k in marks if k <= args.writes]
+    lines = [f"{args.writes} independent unit-variance writes, {args.samples} x 64 samples",
+             *table(["writes", "measured RMS", "sqrt(1+k)"], rows),
+             *legend(("writes", "k writes added to a unit-RMS stream"),
+                     ("measured RMS", "RMS of the stream after k writes"),
+                     ("sqrt(1+k)", "what independent unit writes give"))]
     if real:
         m = real.request.model
-        print(f"\nreal model at init ({m.n_layers} blocks = {m.n_writes} writes, d {m.d_model}, "
-              f"{real.request.tokens} tokens): stream RMS")
-        for row in real.rows:
-            print(f"  {row.label:<38} {row.stream_rms[0]:.4f} -> {row.stream_rms[-1]:.4f}  "
-                  f"(x{row.growth:.2f})")
+        lines += ["", f"real model at init ({m.n_layers} blocks = {m.n_writes} writes, "
+                  f"d {m.d_model}, {real.request.tokens} tokens): stream RMS",
+                  *table(["init", "RMS in", "RMS out", "growth"],
+                         [(row.label, f"{row.stream_rms[0]:.4f}", f"{row.stream_rms[-1]:.4f}",
+                           f"x{row.growth:.2f}") for row in real.rows], left={0}),
+                  *legend(("init", "output projections' init and write-back"),
+                          ("RMS in, RMS out", "stream RMS after the embedding and after the "
+                           "last write"), ("growth", "RMS out / RMS in"))]
+    print_lines(lines)
     return 0
 
 
@@ -197,21 +249,25 @@ def paths(args: argparse.Namespace) -> int:
         print_json(p.to_json())
         return 0
     a = p.scale
-    print(f"x_{p.depth} = (1 + {a:g})^{p.depth} x0 with F(x) = {a:g} x, x0 = {p.x0:g}")
+    lines = [f"x_{p.depth} = (1 + {a:g})^{p.depth} x0 with F(x) = {a:g} x, x0 = {p.x0:g}"]
     if p.paths:
-        terms = " + ".join(f"{v:g}" for _, v in p.paths)
-        print(f"  = {terms} = {p.residual_output:g}")
-        for layers, v in p.paths:
-            through = ", ".join(map(str, layers)) or "none (skip all)"
-            print(f"    through layers {through:<18} {v:g}")
-    print(f"  {'k layers passed':>16}  {'paths C(N,k)':>12}  {'a^k':>10}  {'sum':>12}")
-    for grp in p.groups:
-        print(f"  {grp.layers_passed:>16}  {grp.n_paths:>12}  {grp.value_each:>10.4g}  "
-              f"{grp.total:>12.4g}")
-    print(f"residual stack: {p.residual_output:.6g}; plain stack keeps only k = N: "
-          f"{p.plain_output:.6g}")
-    print(f"Jacobian: prod (1 + dF/dx) = {p.jacobian:.6g}; plain: prod dF/dx = "
-          f"{p.plain_jacobian:.6g}")
+        lines.append(f"  = {' + '.join(f'{v:g}' for _, v in p.paths)} = {p.residual_output:g}")
+        lines += table(["through layers", "value"],
+                       [(", ".join(map(str, layers)) or "none (skips all)", f"{v:g}")
+                        for layers, v in p.paths], left={0}, indent="    ")
+        lines += legend(("through layers", "the sublayers a path goes through"),
+                        ("value", "what it carries, a^k x0"), indent="    ")
+    lines += table(["k", "paths C(N,k)", "a^k", "sum"],
+                   [(g.layers_passed, g.n_paths, f"{g.value_each:.4g}", f"{g.total:.4g}")
+                    for g in p.groups])
+    lines += legend(("k", "layers a path goes through (the others it skips)"),
+                    ("paths C(N,k)", "how many paths do"), ("a^k", "what one of them carries"),
+                    ("sum", "C(N,k) a^k x0, their total"))
+    lines += [f"residual stack: {p.residual_output:.6g}; plain stack keeps only k = N: "
+              f"{p.plain_output:.6g}",
+              f"Jacobian: prod (1 + dF/dx) = {p.jacobian:.6g}; plain: prod dF/dx = "
+              f"{p.plain_jacobian:.6g}"]
+    print_lines(lines)
     return 0
 
 

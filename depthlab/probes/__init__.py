@@ -6,6 +6,8 @@ a server should call `use_single_thread()` once at start-up, since these tensors
 small and one thread answers fastest and leaves the other cores to other requests.
 """
 
+import importlib
+
 from depthlab.probes.anatomy import (
     Anatomy,
     anatomy,
@@ -22,28 +24,32 @@ from depthlab.probes.exact import (
     residual_init_std,
     residual_paths,
 )
-from depthlab.probes.growth import (
-    GrowthRequest,
-    GrowthResult,
-    RealGrowthResult,
-    real_growth,
-    stream_growth,
-)
-from depthlab.probes.real import RealRequest, RealResult, real_probe
-from depthlab.probes.simulator import (
-    MAX_DEPTH,
-    PAGE_MAX_DEPTH,
-    SWEEP_GAINS,
-    CollapseResult,
-    GradResult,
-    StackRequest,
-    SweepResult,
-    gain_sweep,
-    gradient_reach,
-    mean_cosine,
-    rel_distance,
-    token_collapse,
-)
+
+# The torch-backed probes load on first use (PEP 562), so the exact arithmetic and the
+# anatomy of configs answer without waiting for torch.
+_LAZY = {
+    "depthlab.probes.growth": ("GrowthRequest", "GrowthResult", "RealGrowthResult",
+                               "real_growth", "stream_growth"),
+    "depthlab.probes.real": ("RealRequest", "RealResult", "real_probe"),
+    "depthlab.probes.simulator": ("MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS", "CollapseResult",
+                                  "GradResult", "StackRequest", "SweepResult", "gain_sweep",
+                                  "gradient_reach", "mean_cosine", "rel_distance",
+                                  "token_collapse"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 def use_single_thread() -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import ConfigError, UserError, read_json_object
-from depthlab.model.summary import build_meta, component_of
 
 CONFIG_PACKAGE = "depthlab.data"
 
@@ -147,7 +146,10 @@ def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "
 def _param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int]]:
     """Parameters by component and of one block, from a one-block copy of the model on the
     meta device (the blocks are identical, so L blocks are L copies of it: building a
-    95-layer model would take seconds)."""
+    95-layer model would take seconds). torch is imported here, not with the module, so
+    listing or validating configs does not wait for it."""
+    from depthlab.model.summary import build_meta, component_of
+
     one = build_meta(replace(m, n_layers=1))
     by_component: dict[str, int] = {}
     block = {"attention": 0, "ffn": 0, "norm": 0}

@@ -1,8 +1,9 @@
 """Exact small arithmetic of the lesson: no randomness, closed forms beside the code.
 
 The residual expansion (every product of (1 + a) is a sum over gradient paths), the two
-norms on a small vector with every intermediate, computed by the model's own norm
-classes, and the depth-scaled init of the output projections.
+norms on a small vector with every intermediate, and the depth-scaled init of the output
+projections. Plain float64 arithmetic, no torch, so `depthlab probe norms 3 4` answers at
+once; tests/test_probes_exact.py checks the norms against the model's own classes.
 """
 
 from __future__ import annotations
@@ -11,11 +12,8 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 
-import torch
-
 from depthlab.errors import UserError
-from depthlab.model.norms import LayerNorm, RMSNorm
-from depthlab.probes.simulator import json_list, json_number
+from depthlab.probes.jsonsafe import json_list, json_number
 
 MAX_PATH_DEPTH = 64
 MAX_LISTED_PATHS = 16  # paths are listed one by one up to N = 4 (2^4 = 16)
@@ -113,16 +111,16 @@ def compare_norms(x: list[float] | tuple[float, ...], eps: float = 1e-5) -> Norm
         raise UserError(f"need a non-empty vector of finite numbers, got {list(x)!r}")
     if not eps > 0:
         raise UserError(f"eps must be > 0, got {eps}")
-    t = torch.tensor(values, dtype=torch.float64)
-    with torch.no_grad():
-        ln = LayerNorm(len(values), eps).to(torch.float64)(t)
-        rms_norm = RMSNorm(len(values), eps).to(torch.float64)(t)
-    mean = t.mean()
+    n = len(values)
+    mean = math.fsum(values) / n
+    centred = tuple(v - mean for v in values)
+    variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
+    mean_square = math.fsum(v * v for v in values) / n
     return NormComparison(
-        x=values, eps=eps, mean=float(mean), variance=float((t - mean).pow(2).mean()),
-        mean_square=float(t.pow(2).mean()), rms=float(t.pow(2).mean().sqrt()),
-        centred=tuple((t - mean).tolist()), layernorm=tuple(ln.tolist()),
-        rmsnorm=tuple(rms_norm.tolist()),
+        x=values, eps=eps, mean=mean, variance=variance, mean_square=mean_square,
+        rms=math.sqrt(mean_square), centred=centred,
+        layernorm=tuple(c / math.sqrt(variance + eps) for c in centred),
+        rmsnorm=tuple(v / math.sqrt(mean_square + eps) for v in values),
     )
 
 

@@ -28,21 +28,13 @@ from functools import lru_cache
 import torch
 
 from depthlab.errors import UserError
+from depthlab.probes.jsonsafe import json_list, json_number
 
 DTYPE = torch.float64  # ratios reach 1e-20; float32 would round them to noise
 MAX_DEPTH = 256  # the CLI's bound; the page's slider stops at PAGE_MAX_DEPTH
 PAGE_MAX_DEPTH = 64
 MAX_GAIN = 10.0
 SWEEP_GAINS = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.50, 0.55, ..., 2.00
-
-
-def json_number(value: float) -> float | None:
-    """A float for JSON: NaN and infinities (0/0 when a stream dies out) become null."""
-    return value if math.isfinite(value) else None
-
-
-def json_list(values: tuple[float, ...]) -> list[float | None]:
-    return [json_number(v) for v in values]
 
 
 def _check(name: str, ok: bool, allowed: str, value: object) -> None:
