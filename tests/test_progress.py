@@ -153,7 +153,10 @@ def test_lab_says_which_field_of_a_broken_export_is_wrong(tmp_path, capsys):
 def test_export_page_logs_one_line_per_depth_without_carriage_returns(capsys):
     from depthlab.web.export import simulator_grid
 
-    simulator_grid({"n": (2, 4), "g": (1.0,), "g_step": 0.5}, progress=True)
+    grid = {"n": (2, 4), "g": (1.0,), "g_step": 0.5}
+    quiet = simulator_grid(grid, progress=False)
+    assert capsys.readouterr().err == ""
+    assert simulator_grid(grid, progress=True) == quiet
     err = capsys.readouterr().err
     assert "\r" not in err
     lines = err.splitlines()

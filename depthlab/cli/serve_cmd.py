@@ -1,7 +1,8 @@
 """`depthlab lab`, `depthlab serve` and `depthlab export-page`: the lesson page.
 
 `lab` is the main job: make sure the quick `residual` data exist (running the
-experiment with progress if not), then serve the page on loopback and print its URL.
+experiment with progress if not), print its conclusions, then serve the page on
+loopback and print its URL.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ LAB_EXPERIMENT = "residual"
 def register(sub: argparse._SubParsersAction) -> None:
     lab = sub.add_parser(
         "lab", help="the main job: produce the quick residual data if missing, then serve the page",
-        description="Run the quick `residual` experiment if its data are missing (with progress), "
-        "then serve the lesson page on loopback and print its URL. With --no-serve, stop after "
-        "the data step (for CI).")
+        description="Run the quick `residual` experiment if its data are missing (with progress: "
+        "a bar on a terminal, plain lines in a log), print what its data show, then serve the "
+        "lesson page on loopback and print its URL. With --no-serve, stop after the data step "
+        "(for CI).")
     _server_args(lab)
     lab.add_argument("--budget", default="quick", choices=("micro", "quick", "standard", "full"),
                      help="budget of the residual experiment when its data are missing (default: quick)")
     lab.add_argument("--no-serve", action="store_true", help="stop after the data step")
+    lab.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     lab.set_defaults(handler=run_lab)
 
     serve = sub.add_parser(
@@ -45,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="runs directory whose export.json files are embedded (default: runs)")
     export.add_argument("--grid", choices=("standard", "small"), default="standard",
                         help="simulator grid: standard (documented) or small (for tests)")
+    export.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     export.set_defaults(handler=run_export)
 
 
@@ -116,7 +120,8 @@ def run_lab(args: argparse.Namespace) -> int:
                             "run `depthlab serve` to see the live probes") from None
         print(f"depthlab: no data at {export}; running `depthlab experiment {LAB_EXPERIMENT} "
               f"--budget {args.budget} --out {args.runs}`", flush=True)
-        run_experiment(LAB_EXPERIMENT, budget=args.budget, out_dir=args.runs, progress=True)
+        run_experiment(LAB_EXPERIMENT, budget=args.budget, out_dir=args.runs,
+                       progress=not args.no_progress)
         if not export.is_file():
             raise UserError(f"the experiment finished without writing {export}")
         print(f"depthlab: data written: {export}")
@@ -147,7 +152,8 @@ def run_export(args: argparse.Namespace) -> int:
     from depthlab.web.export import export_page
 
     use_single_thread()
-    path = export_page(args.dir, runs_dir=args.runs, grid=args.grid, progress=True)
+    path = export_page(args.dir, runs_dir=args.runs, grid=args.grid,
+                       progress=not args.no_progress)
     size = path.stat().st_size / 1e6
     print(f"depthlab: wrote {path} ({size:.1f} MB); open it in a browser, no server needed")
     return 0

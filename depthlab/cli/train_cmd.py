@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --out from its newest checkpoint")
     p.add_argument("--max-steps", type=int, metavar="N",
                    help="stop after N steps of this invocation (resume later)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.set_defaults(handler=run)
 

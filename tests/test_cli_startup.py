@@ -1,0 +1,80 @@
+"""Commands that need no tensors answer without importing torch (checked in a fresh
+interpreter through sys.modules), and the torch-free norms match the model's classes."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from depthlab.model.norms import LayerNorm, RMSNorm
+from depthlab.probes import compare_norms
+
+REPO = Path(__file__).parent.parent
+RUN = """
+import contextlib, io, json, sys
+from depthlab.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as e:
+        code = e.code
+print(json.dumps({"code": code, "torch": "torch" in sys.modules, "out": out.getvalue()}))
+"""
+
+
+def run_fresh(*argv: str) -> dict:
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", RUN, *argv], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120, check=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [
+    ["probe", "norms", "3", "4"],
+    ["probe", "norms", "3", "4", "--json"],
+    ["probe", "paths", "--depth", "2", "--scale", "0.5"],
+    ["probe", "paths", "--depth", "64", "--json"],
+    ["anatomy", "--list"],
+    ["anatomy", "no-such-config"],  # the one-line error, too
+    ["probe", "norms", "3", "x"],
+    ["experiment", "--list"],
+    ["--help"],
+])
+def test_answers_without_importing_torch(argv):
+    result = run_fresh(*argv)
+    assert result["torch"] is False, argv
+    assert result["code"] == (2 if "x" in argv or "no-such-config" in argv else 0)
+
+
+def test_the_check_sees_torch_where_a_command_needs_it():
+    result = run_fresh("probe", "gradflow", "--depth", "2")
+    assert result["code"] == 0 and result["torch"] is True
+    result = run_fresh("anatomy", "gpt2")  # parameters are counted on the model itself
+    assert result["code"] == 0 and result["torch"] is True and "124,439,808" in result["out"]
+
+
+VECTORS = [[3, 4], [1], [0, 0, 0], [-2.5, 0.0, 2.5], [1e-8, 2e-8, -3e-8], [1e150, -2e150, 3e150],
+           [7, 7, 7, 7.000001], list(range(-50, 51)), [0.1 * i ** 2 - 3 for i in range(37)]]
+
+
+@pytest.mark.parametrize("x", VECTORS)
+@pytest.mark.parametrize("eps", [1e-12, 1e-6, 1e-5, 1.0])
+def test_plain_arithmetic_norms_match_the_models_classes(x, eps):
+    n = compare_norms(x, eps)
+    t = torch.tensor([float(v) for v in x], dtype=torch.float64)
+    with torch.no_grad():
+        ln = LayerNorm(len(x), eps).to(torch.float64)(t).tolist()
+        rms = RMSNorm(len(x), eps).to(torch.float64)(t).tolist()
+    assert n.layernorm == pytest.approx(ln, rel=1e-12, abs=1e-300)
+    assert n.rmsnorm == pytest.approx(rms, rel=1e-12, abs=1e-300)
+    scale = max(abs(float(v)) for v in x)  # a mean of 0 is rounding noise of this size
+    assert n.mean == pytest.approx(t.mean().item(), rel=1e-12, abs=1e-15 * scale)
+    assert n.variance == pytest.approx(t.var(unbiased=False).item(), rel=1e-12,
+                                       abs=1e-15 * scale**2)
+    assert n.rms == pytest.approx(math.sqrt(t.pow(2).mean().item()), rel=1e-12)
