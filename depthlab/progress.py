@@ -68,7 +68,7 @@ class Progress:
         self.interval = LOG_INTERVAL_S if interval is None else interval
         self.done = initial or 0
         self.bar = None
-        self.lines = False
+        self.as_lines = False
         self._base: tuple[int, float] | None = None  # (count, time) the rate is measured from
         if not enabled:
             return
@@ -78,7 +78,7 @@ class Progress:
             self.bar = tqdm(total=total, initial=self.done, desc=desc, unit=unit, leave=leave,
                             dynamic_ncols=True, file=self.stream)
         else:
-            self.lines = True
+            self.as_lines = True
             now = clock()
             self._started = self._last_line = now
             if initial is not None:
@@ -91,7 +91,7 @@ class Progress:
         if self.bar is not None:
             self.bar.n = self.bar.last_print_n = done
             self.bar.refresh()
-        elif self.lines:
+        elif self.as_lines:
             self._base = (done, self.clock())
 
     def report(self, done: int, **stats: object) -> None:
@@ -102,7 +102,7 @@ class Progress:
             if text:
                 self.bar.set_postfix_str(text, refresh=False)
         self.done = done
-        if not self.lines:
+        if not self.as_lines:
             return
         now = self.clock()
         if self._base is None:  # the count before the first report is unknown
@@ -133,7 +133,7 @@ class Progress:
         """A line of its own: above the bar on a terminal, plain in a log."""
         if self.bar is not None:
             self.bar.write(text, file=self.stream)
-        elif self.lines:
+        elif self.as_lines:
             self._emit(text)
 
     def _emit(self, text: str) -> None:
@@ -144,7 +144,7 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        self.lines = False
+        self.as_lines = False
 
     def __enter__(self) -> Progress:
         return self

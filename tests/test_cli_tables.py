@@ -96,6 +96,20 @@ def test_other_tables_align_and_explain_every_column(capsys, argv, n):
     check(capsys.readouterr().out, n)
 
 
+def test_probe_run_tables_align_and_explain_every_column(tmp_path, capsys):
+    import torch
+
+    from depthlab.model import Transformer
+    from depthlab.rundir import save_weights, write_config
+
+    torch.manual_seed(0)
+    cfg = PRESETS["tiny"]()
+    write_config(tmp_path, cfg)
+    save_weights(tmp_path, Transformer(cfg.model))
+    assert main(["probe", "run", str(tmp_path), "--ids", "1,2,3,4,5"]) == 0
+    check(capsys.readouterr().out, 2)
+
+
 def test_evolution_table_holds_the_zero_centred_norm_in_its_column(capsys):
     assert main(["anatomy", "--evolution"]) == 0
     (block, _), = tables(capsys.readouterr().out)

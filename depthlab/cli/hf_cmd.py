@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from depthlab.cli.common import print_json
+from depthlab.cli.table import legend, print_lines, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,18 +98,25 @@ def probe_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"{result['n_tokens']} tokens, LM loss {result['loss']:.4f}")
-    print("\nGradient of the LM loss arriving at each sublayer's input (bottom first):")
-    print(f"  {'sublayer':<10} {'|grad|':>12} {'/ top':>10}")
-    for name, g, rel in zip(result["sublayers"], result["grad_norm"], result["per_layer"],
-                            strict=True):
-        print(f"  {name:<10} {g:12.4e} {rel:10.4f}")
-    print("\nThe residual stream after each write (0 = embedding); collapse = "
-          "||X - 1 mean(X)^T||_F / ||X||_F (0: all tokens equal) and mean pairwise cosine:")
-    print(f"  {'write':>5} {'RMS':>12} {'rel. dist.':>11} {'mean cos':>9}")
-    for k, (rms, dist, cos) in enumerate(zip(result["stream_rms"], result["rel_distance"],
-                                             result["mean_cosine"], strict=True)):
-        print(f"  {k:>5} {rms:12.4f} {dist:11.4f} {cos:9.4f}")
+    print_lines([
+        f"{result['n_tokens']} tokens, LM loss {result['loss']:.4f}", "",
+        "Gradient of the LM loss arriving at each sublayer's input (bottom first):",
+        *table(["sublayer", "|grad|", "/ top"],
+               [(name, f"{g:.4e}", f"{rel:.4f}") for name, g, rel in
+                zip(result["sublayers"], result["grad_norm"], result["per_layer"], strict=True)],
+               left={0}),
+        *legend(("sublayer", "block index and attention or FFN"),
+                ("|grad|", "norm of dLoss/d(the sublayer's input)"),
+                ("/ top", "the same over the top sublayer's")),
+        "", "The residual stream after each write (0 = the embedding):",
+        *table(["write", "RMS", "rel. dist.", "mean cos"],
+               [(k, f"{rms:.4f}", f"{dist:.4f}", f"{cos:.4f}") for k, (rms, dist, cos) in
+                enumerate(zip(result["stream_rms"], result["rel_distance"],
+                              result["mean_cosine"], strict=True))]),
+        *legend(("write", "writes so far"), ("RMS", "the stream's RMS"),
+                ("rel. dist.", "||X - 1 mean(X)^T||_F / ||X||_F, 0 = all tokens equal"),
+                ("mean cos", "mean cosine over pairs of tokens, 1 = all tokens parallel")),
+    ])
     return 0
 
 

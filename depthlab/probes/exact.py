@@ -3,7 +3,7 @@
 The residual expansion (every product of (1 + a) is a sum over gradient paths), the two
 norms on a small vector with every intermediate, and the depth-scaled init of the output
 projections. Plain float64 arithmetic, no torch, so `depthlab probe norms 3 4` answers at
-once; tests/test_probes_exact.py checks the norms against the model's own classes.
+once; tests/test_cli_startup.py checks the norms against the model's own classes.
 """
 
 from __future__ import annotations
