@@ -53,7 +53,8 @@ class Progress:
 
     enabled=False shows nothing (--no-progress). each_item=True prints a plain line
     for every report (coarse units); otherwise at most one per `interval` seconds
-    (default LOG_INTERVAL_S, read when the bar is made).
+    (default LOG_INTERVAL_S, read when the bar is made). initial=None: the count at
+    the start is unknown (a run resumed inside train()); the rate starts at the first report.
     `stream`, `tty`, `clock` and `interval` are there so tests can drive it.
     """
 
@@ -64,7 +65,7 @@ class Progress:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled, self.each_item, self.clock = enabled, each_item, clock
+        self.each_item, self.clock = enabled and each_item, clock
         self.interval = LOG_INTERVAL_S if interval is None else interval
         self.done = initial or 0
         self.bar = None
@@ -128,13 +129,6 @@ class Progress:
         if self.done <= base_done or now <= base_t:
             return None if self.done < self.total else 0.0
         return (self.total - self.done) * (now - base_t) / (self.done - base_done)
-
-    def write(self, text: str) -> None:
-        """A line of its own: above the bar on a terminal, plain in a log."""
-        if self.bar is not None:
-            self.bar.write(text, file=self.stream)
-        elif self.as_lines:
-            self._emit(text)
 
     def _emit(self, text: str) -> None:
         sys.stdout.flush()  # keep order with what stdout printed before, when both go to a log

@@ -115,7 +115,7 @@ def probe_cmd(args: argparse.Namespace) -> int:
                               result["mean_cosine"], strict=True))]),
         *legend(("write", "writes so far"), ("RMS", "the stream's RMS"),
                 ("rel. dist.", "||X - 1 mean(X)^T||_F / ||X||_F, 0 = all tokens equal"),
-                ("mean cos", "mean cosine over pairs of tokens, 1 = all tokens parallel")),
+                ("mean cos", "mean pairwise cosine of the tokens, 1 = all parallel")),
     ])
     return 0
 
