@@ -44,7 +44,7 @@ def handle(args: argparse.Namespace) -> int:
                   b.about) for n, b in BUDGETS.items()], left={0, 5}),
             *legend(("steps", "optimizer steps per training run"),
                     ("batch x seq", "sequences per step x tokens per sequence"),
-                    ("seeds", "runs per arm"),
+                    ("seeds", "seeds per arm (--seeds changes it)"),
                     ("layers", "the lesson's shallow and deep model (4 and 12)"))])
         return 0 if args.list else 2
     if args.budget not in BUDGETS:
