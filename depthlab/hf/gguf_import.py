@@ -96,7 +96,7 @@ def open_gguf(path: Path):  # -> gguf.GGUFReader
     try:
         reader = GGUFReader(str(path))
     except Exception as e:  # gguf raises ValueError, IndexError, struct/numpy errors on bad bytes
-        raise UserError(f"{path}: not a complete GGUF file ({type(e).__name__}: {e})") from None
+        raise UserError(f"{path}: not a complete GGUF file (truncated or damaged: {e})") from None
     size = os.path.getsize(path)
     for t in reader.tensors:
         if t.data_offset + t.n_bytes > size:
