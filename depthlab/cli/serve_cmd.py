@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lab.add_argument("--budget", default="quick", choices=("micro", "quick", "standard", "full"),
                      help="budget of the residual experiment when its data are missing (default: quick)")
     lab.add_argument("--no-serve", action="store_true", help="stop after the data step")
+    lab.add_argument("--no-real-model", action="store_true",
+                     help="skip importing SmolLM2 into RUNS/smollm2 (done once when missing)")
     lab.set_defaults(handler=run_lab)
 
     serve = sub.add_parser(
@@ -120,6 +122,10 @@ def run_lab(args: argparse.Namespace) -> int:
         if not export.is_file():
             raise UserError(f"the experiment finished without writing {export}")
         print(f"depthlab: data written: {export}")
+    if not args.no_real_model:
+        from depthlab.hf.gguf_import import ensure_smollm2
+
+        ensure_smollm2(args.runs, log=lambda msg: print(f"depthlab: {msg}", flush=True))
     if args.no_serve:
         return 0
     return _serve(args)

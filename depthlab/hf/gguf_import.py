@@ -343,3 +343,23 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return Converted(out_dir, kind, cfg, n_params, True)
+
+
+def ensure_smollm2(runs_dir: Path, log: Callable[[str], None] = print,
+                   progress: bool = True) -> Path | None:
+    """`depthlab lab`'s step: import SmolLM2 into RUNS/smollm2 once, when the wheel is
+    installed and the run is missing. A missing wheel is a note, not a failure: the
+    lesson page works without the real model."""
+    out = Path(runs_dir) / SMOLLM2
+    if (out / rundir.CONFIG_FILE).is_file():
+        log(f"real model found: {out}")
+        return out
+    try:
+        smollm2_path()
+    except UserError as e:
+        log(f"no real model: {e}")
+        return None
+    log(f"importing SmolLM2-135M-Instruct into {out} (once, about 20 s)")
+    import_gguf(SMOLLM2, out, force=True, progress=progress, log=log)
+    log(f"real model written: {out}")
+    return out
