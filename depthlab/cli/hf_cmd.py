@@ -60,17 +60,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_run_probe(sub: argparse._SubParsersAction, name: str, example: str) -> None:
     """The probes on a run directory (trained or imported), as `hf probe` and `probe run`."""
     pr = sub.add_parser(
-        name, help="stream growth, gradient reach and collapse of a run on your prompt",
-        description="Measure a run directory (one you trained, or an imported pretrained "
-        "model) on one prompt: residual-stream RMS after each write, the LM loss's gradient "
-        "norm arriving at each sublayer, and token collapse per write. Example: "
-        f"{example} --prompt 'The residual stream carries'")
+        name, help="the field's real-model probes of a run on your prompt",
+        description="Measure a run directory (one you trained, or a model imported from Hugging "
+        "Face or a GGUF) on one prompt: the residual stream's RMS after each write beside "
+        "sqrt(1 + k), each write's size relative to the stream it lands in and the angle it "
+        "turns the stream by; the first token's attention share per layer and head against "
+        "uniform causal attention; massive activations (largest |activation|, its dimension "
+        "and token, against the median); token collapse; the logit lens after every sublayer "
+        "with the final norm recomputed (and the cached-scale entropy beside it); the LM loss's "
+        "gradient at each sublayer; and the loss change when each block is skipped. Example: "
+        f"{example} --prompt 'The capital of France is' --target ' Paris'")
     pr.add_argument("run_dir", metavar="RUN_DIR")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", metavar="TEXT", help="text, encoded with the run's tokenizer.json")
     src.add_argument("--ids", metavar="ID,ID,...", help="token ids, comma-separated")
+    pr.add_argument("--target", metavar="TEXT|ID",
+                    help="the token the logit lens follows: an id (all digits) or text, whose first "
+                    "token is used (default: the model's own top-1 next token)")
     pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
     pr.set_defaults(handler=probe_cmd)
 
 
@@ -112,8 +121,9 @@ def export_cmd(args: argparse.Namespace) -> int:
 
 
 def probe_cmd(args: argparse.Namespace) -> int:
+    from depthlab.cli.realmodel_report import print_realmodel
     from depthlab.errors import UserError
-    from depthlab.hf.probe import probe_run
+    from depthlab.probes.realmodel import probe_run_dir
 
     if args.ids is not None:
         try:
@@ -122,22 +132,16 @@ def probe_cmd(args: argparse.Namespace) -> int:
             raise UserError(f"--ids must be comma-separated integers, got {args.ids!r}") from None
     else:
         prompt = args.prompt
-    result = probe_run(args.run_dir, prompt, device=args.device)
+    target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
+    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device)
+    if args.plot:
+        from depthlab.probes.realmodel_plot import plot_realmodel
+
+        plot_realmodel(result, args.plot)
     if args.json:
         print_json(result)
         return 0
-    print(f"{result['n_tokens']} tokens, LM loss {result['loss']:.4f}")
-    print("\nGradient of the LM loss arriving at each sublayer's input (bottom first):")
-    print(f"  {'sublayer':<10} {'|grad|':>12} {'/ top':>10}")
-    for name, g, rel in zip(result["sublayers"], result["grad_norm"], result["per_layer"],
-                            strict=True):
-        print(f"  {name:<10} {g:12.4e} {rel:10.4f}")
-    print("\nThe residual stream after each write (0 = embedding); collapse = "
-          "||X - 1 mean(X)^T||_F / ||X||_F (0: all tokens equal) and mean pairwise cosine:")
-    print(f"  {'write':>5} {'RMS':>12} {'rel. dist.':>11} {'mean cos':>9}")
-    for k, (rms, dist, cos) in enumerate(zip(result["stream_rms"], result["rel_distance"],
-                                             result["mean_cosine"], strict=True)):
-        print(f"  {k:>5} {rms:12.4f} {dist:11.4f} {cos:9.4f}")
+    print_realmodel(result)
     return 0
 
 
