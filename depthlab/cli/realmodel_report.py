@@ -21,7 +21,7 @@ def print_realmodel(r: dict[str, Any]) -> None:
     print("\nThe residual stream after each write (state k: 0 = embedding, then block.sublayer):")
     print("  RMS beside sqrt(1 + k) scaled to write 1; the first token's RMS apart; |write| / "
           "|stream it lands in|;\n  angle to the previous state / pi; token collapse "
-          "(rel. distance from all-equal, mean cosine)")
+          "(rel. distance from all-equal, mean pairwise cosine)")
     print(f"  {'k':>3} {'state':<9} {'RMS':>10} {'sqrt(1+k)':>10} {'1st tok':>10} {'others':>10} "
           f"{'|w|/|x|':>9} {'angle':>7} {'rel.dist':>9} {'mean cos':>9}")
     for k, name in enumerate(s["states"]):
@@ -58,8 +58,10 @@ def print_realmodel(r: dict[str, Any]) -> None:
         print(f"  {k:>3} {name:<9} {lens['rank'][k]:>6} {lens['prob'][k]:10.4f} "
               f"{lens['entropy'][k]:8.3f} {lens['entropy_cached_scale'][k]:8.3f}  {tops[k]!r}")
 
-    print("\nPer block: the loss's gradient at its input (/ top block's) and the loss change when "
-          f"its two writes are removed (base loss {ab['base_loss']:.4f}):")
-    print(f"  {'block':>5} {'|grad|':>11} {'/ top':>9} {'skip: dloss':>12}")
-    for i, d in enumerate(ab["delta_loss"]):
-        print(f"  {i:>5} {r['grad_norm'][2 * i]:11.4e} {r['per_layer'][2 * i]:9.4f} {d:+12.4f}")
+    print("\nGradient of the LM loss arriving at each sublayer's input (bottom first), and the "
+          f"loss change when block l's two writes are removed (base loss {ab['base_loss']:.4f}):")
+    print(f"  {'sublayer':<10} {'|grad|':>11} {'/ top':>9} {'skip block: dloss':>18}")
+    for k, (name, g, rel) in enumerate(zip(r["sublayers"], r["grad_norm"], r["per_layer"],
+                                           strict=True)):
+        skip = f"{ab['delta_loss'][k // 2]:+18.4f}" if k % 2 == 0 else ""
+        print(f"  {name:<10} {g:11.4e} {rel:9.4f} {skip}")
