@@ -30,6 +30,7 @@ from depthlab.probes.growth import (
     stream_growth,
 )
 from depthlab.probes.real import RealRequest, RealResult, real_probe
+from depthlab.probes.realmodel import probe_run_dir, realmodel_probes
 from depthlab.probes.simulator import (
     MAX_DEPTH,
     PAGE_MAX_DEPTH,
@@ -58,7 +59,8 @@ __all__ = [
     "GrowthRequest", "GrowthResult", "NormComparison", "PathExpansion", "RealGrowthResult",
     "RealRequest", "RealResult", "StackRequest", "SweepResult", "anatomy", "anatomy_of",
     "anatomy_of_preset", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
-    "mean_cosine", "model_config_from_hf", "real_growth", "real_probe", "rel_distance",
+    "mean_cosine", "model_config_from_hf", "probe_run_dir", "real_growth", "real_probe",
+    "realmodel_probes", "rel_distance",
     "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
     "token_collapse", "use_single_thread",
 ]
