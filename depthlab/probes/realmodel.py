@@ -1,0 +1,221 @@
+"""The field's probes of a trained model on real text, read through the hook points.
+
+What the lesson says of large models, measured on any run (course-trained, imported
+from Hugging Face or from a GGUF) and one prompt:
+
+- the residual stream grows (RMS after each write, beside sqrt(1 + k) scaled to the
+  first write), and differently for the first token;
+- deep writes are diluted: each write's norm relative to the stream it lands in, and
+  the angle between consecutive residual states (Gromov et al. 2024's arccos/pi);
+- the first token soaks up attention (an attention sink, Xiao et al. 2023): its share
+  per layer and head against uniform causal attention, H_T / T, and the share of heads
+  above 0.3 (Gu et al. 2024);
+- massive activations (Sun et al. 2024): per layer the largest |activation| in the
+  stream, its dimension and token, against the median |activation|;
+- token collapse on real text: mean cosine and the distance from all-equal per state;
+- the logit lens after every sublayer, with the final norm recomputed on the stream it
+  reads; beside it the entropy with the final stream's cached scale, the mistake of
+  TransformerLens #1076, which differs;
+- how much each block matters: the loss change when its two writes are removed.
+
+Stream states are numbered as in `depthlab.probes.real`: 0 = embedding, k = after write
+k (2L writes: block i's attention is write 2i + 1, its FFN write 2i + 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from depthlab.errors import UserError
+from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
+
+SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head "has a sink" when the first token gets more
+
+
+def uniform_first_share(n_tokens: int) -> float:
+    """First-token share of uniform causal attention, averaged over the T queries:
+    query t spreads 1/(t + 1) on each key, so the mean is H_T / T."""
+    return sum(1.0 / t for t in range(1, n_tokens + 1)) / n_tokens
+
+
+def _norm_scale(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The per-position factor a norm multiplies by: 1 / RMS (RMSNorm), 1 / std (LayerNorm)."""
+    h = x.double()
+    if hasattr(norm, "bias"):  # LayerNorm centres first
+        h = h - h.mean(-1, keepdim=True)
+    return torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.eps).to(x.dtype)
+
+
+def lens_logits(model: Any, x: torch.Tensor, cached_from: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits of a stream state read by the final norm and the LM head.
+
+    By default the final norm runs on `x` itself (the correct lens). With `cached_from`
+    (the final stream), x is divided by the final stream's scale instead of its own:
+    the cached-scale shortcut, wrong for every state but the last."""
+    logits = model.unembed(x)
+    norm = model.final_norm
+    if cached_from is None or norm is None:
+        return logits
+    normed = norm(x)
+    bias = norm.bias if hasattr(norm, "bias") else 0.0
+    cached = (normed - bias) * (_norm_scale(norm, cached_from) / _norm_scale(norm, x)) + bias
+    weight = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+    return cached @ weight.T
+
+
+def _entropy(logits: torch.Tensor) -> torch.Tensor:
+    logp = logits.double().log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def _write_sites(n_layers: int) -> list[str]:
+    return [f"blocks.{i}.hook_{kind}_write" for i in range(n_layers) for kind in ("attn", "mlp")]
+
+
+def _state_sites(n_layers: int) -> list[str]:
+    return ["hook_embed"] + [f"blocks.{i}.hook_resid_{s}" for i in range(n_layers)
+                             for s in ("mid", "post")]
+
+
+def state_labels(n_layers: int) -> list[str]:
+    return ["embed"] + [f"{i}.{s}" for i in range(n_layers) for s in ("attn", "mlp")]
+
+
+def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> float:
+    return F.cross_entropy(logits[0, :-1].double(), ids[0, 1:]).item()
+
+
+def stream_probes(states: torch.Tensor, writes: torch.Tensor) -> dict[str, Any]:
+    """Growth and dilution from the 2L + 1 states [S, T, D] and the 2L writes [W, T, D]."""
+    rms_tok = states.pow(2).mean(-1).sqrt()  # [S, T]
+    rms = states.pow(2).mean(dim=(-2, -1)).sqrt()
+    first = rms[1].item() if len(rms) > 1 else float("nan")
+    expected = [None] + [first * math.sqrt((1 + k) / 2) for k in range(1, len(rms))]
+    write_ratio = writes.norm(dim=(-2, -1)) / states[:-1].norm(dim=(-2, -1))
+    cos = F.cosine_similarity(states[1:], states[:-1], dim=-1).clamp(-1, 1)  # [W, T]
+    angle = torch.arccos(cos) / math.pi
+    return {"rms": json_list(rms.tolist()), "rms_expected": expected,
+            "rms_first_token": json_list(rms_tok[:, 0].tolist()),
+            "rms_other_tokens": json_list(rms_tok[:, 1:].pow(2).mean(-1).sqrt().tolist()),
+            "rms_per_token": [json_list(r) for r in rms_tok.T.tolist()],
+            "write_ratio": json_list(write_ratio.tolist()),
+            "angular_distance": json_list(angle.mean(-1).tolist()),
+            "angular_distance_other_tokens": json_list(angle[:, 1:].mean(-1).tolist()),
+            "rel_distance": json_list(rel_distance(states).tolist()),
+            "mean_cosine": json_list(mean_cosine(states).tolist()),
+            "mean_cosine_other_tokens": json_list(mean_cosine(states[:, 1:]).tolist())}
+
+
+def attention_probes(patterns: list[torch.Tensor]) -> dict[str, Any]:
+    """First-token share per layer and head from the [H, T, T] softmax weights."""
+    T = patterns[0].shape[-1]
+    per_head = torch.stack([p[:, :, 0].mean(-1) for p in patterns])  # [L, H]: mean over queries
+    uniform = uniform_first_share(T)
+    return {"first_token_share": per_head.tolist(), "layer_share": per_head.mean(-1).tolist(),
+            "uniform": uniform, "threshold": SINK_THRESHOLD,
+            "heads_above": (per_head > SINK_THRESHOLD).double().mean().item(),
+            "n_heads_above": int((per_head > SINK_THRESHOLD).sum())}
+
+
+def massive_probes(states: torch.Tensor, labels: list[str]) -> dict[str, Any]:
+    """Per state [S, T, D]: the largest |activation|, its token and dimension, the median."""
+    S, T, D = states.shape
+    flat = states.abs().reshape(S, -1)
+    top, where = flat.max(-1)
+    median = flat.median(-1).values
+    best = int(top.argmax())
+    return {"states": labels, "max_abs": top.tolist(), "token": (where // D).tolist(),
+            "dim": (where % D).tolist(), "median_abs": median.tolist(),
+            "ratio": json_list((top / median).tolist()),
+            "largest": {"state": labels[best], "value": top[best].item(),
+                        "token": int(where[best] // D), "dim": int(where[best] % D),
+                        "ratio": (top[best] / median[best]).item()}}
+
+
+def lens_probes(model: Any, states: torch.Tensor, target: int, labels: list[str]) -> dict[str, Any]:
+    """Logit lens at the last position of every state: target rank and probability,
+    entropy (final norm recomputed) and the cached-scale entropy beside it."""
+    last = states[:, -1:, :]  # [S, 1, D]
+    logits = lens_logits(model, last)[:, 0].double()
+    cached = lens_logits(model, last, cached_from=last[-1:].expand_as(last))[:, 0].double()
+    probs = logits.softmax(-1)
+    rank = (logits > logits[:, target:target + 1]).sum(-1)
+    return {"states": labels, "target_id": target, "rank": rank.tolist(),
+            "prob": probs[:, target].tolist(), "top_id": logits.argmax(-1).tolist(),
+            "entropy": _entropy(logits).tolist(), "entropy_cached_scale": _entropy(cached).tolist(),
+            "first_top1": next((labels[i] for i, r in enumerate(rank.tolist()) if r == 0), None)}
+
+
+def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str, Any]:
+    """Loss change when block l's attention and FFN writes are both removed, for every l."""
+    zero = lambda t, _name: torch.zeros_like(t)
+    deltas = []
+    for i in range(model.cfg.n_layers):
+        fwd = [(f"blocks.{i}.hook_attn_write", zero), (f"blocks.{i}.hook_mlp_write", zero)]
+        with torch.no_grad(), model.hooks(fwd=fwd):
+            deltas.append(next_token_loss(model(idx), idx) - base_loss)
+    return {"base_loss": base_loss, "delta_loss": deltas}
+
+
+def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> dict[str, Any]:
+    """Every probe above for one prompt. `target` is the token the lens follows (default:
+    the model's own top-1 next token)."""
+    from depthlab.hf.probe import probe_model
+
+    L = model.cfg.n_layers
+    if target is not None and not 0 <= target < model.cfg.vocab_size:
+        raise UserError(f"target token id must be in [0, {model.cfg.vocab_size}), got {target}")
+    base = probe_model(model, ids)
+    idx = torch.tensor([ids], device=next(model.parameters()).device)
+    patterns = [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
+    sites = _state_sites(L) + _write_sites(L) + patterns
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(idx, names=sites)
+    states = torch.stack([cache[n][0] for n in _state_sites(L)]).float()
+    writes = torch.stack([cache[n][0] for n in _write_sites(L)]).float()
+    if target is None:
+        target = int(logits[0, -1].argmax())
+    labels = state_labels(L)
+    loss = next_token_loss(logits, idx)
+    # `base` holds the gradient per sublayer and the stream summary of `depthlab.probes.real`.
+    return {**base, "prompt_ids": list(ids), "n_layers": L,
+            "stream": {"states": labels, **stream_probes(states, writes)},
+            "attention": attention_probes([cache[p][0].float() for p in patterns]),
+            "massive": massive_probes(states, labels),
+            "lens": lens_probes(model, states, target, labels),
+            "ablation": ablation_probes(model, idx, loss)}
+
+
+def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | None = None,
+                  device: str = "cpu") -> dict[str, Any]:
+    """`realmodel_probes` on a run directory. `prompt` is text (the run's tokenizer) or
+    token ids; `target` is the lens's token: an id, or text whose first token is used."""
+    from pathlib import Path
+
+    from depthlab import rundir
+
+    model, _ = rundir.load_model(Path(run_dir), device=device)
+    tokenizer = rundir.load_tokenizer(Path(run_dir))
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give token ids with --ids")
+        ids = tokenizer.encode(prompt)
+    else:
+        ids = list(prompt)
+    if isinstance(target, str):
+        if tokenizer is None:
+            raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give --target as an id")
+        target_ids = tokenizer.encode(target)
+        if not target_ids:
+            raise UserError("target: the text encodes to no token")
+        target = target_ids[0]
+    out = {"run": str(run_dir), **realmodel_probes(model, ids, target)}
+    if tokenizer is not None:
+        out["tokens"] = [tokenizer.token_str(i) for i in out["prompt_ids"]]
+        out["lens"]["target"] = tokenizer.token_str(out["lens"]["target_id"])
+        out["lens"]["top"] = [tokenizer.token_str(i) for i in out["lens"]["top_id"]]
+    return out

@@ -1,0 +1,217 @@
+"""The page's real-model API: every run directory under `--runs`, and the real-model
+probes (`depthlab.probes.realmodel`) of one run on one prompt.
+
+A probe of SmolLM2 takes seconds (30 skip-one-block passes), so each (run, prompt,
+target) is computed once and kept on disk under RUNS/.cache/realmodel/, keyed by the
+run's weights (path, size, modification time): a cached view is one file read, and
+a retrained or re-imported run is measured again. Computation shares the page's one
+lock, so the server still works on one probe at a time.
+
+    GET  /api/realmodel/runs     the runs the page can probe
+    GET  /api/realmodel/prompts  shipped prompts (en, zh) and each section's question
+    POST /api/realmodel/probe    {"run", "prompt", "target"?} -> the probes, cached
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, ConfigDict, Field
+
+from depthlab import rundir
+from depthlab.web.runs import RunError
+
+MAX_PROMPT_CHARS = 400
+MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over these
+MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
+CACHE_DIR = Path(".cache") / "realmodel"
+CACHE_VERSION = 1
+
+PROMPTS = [
+    {"id": "paris", "lang": "en", "text": "The capital of France is", "target": " Paris"},
+    {"id": "residual", "lang": "en", "text": "The residual stream carries information from the "
+     "bottom of a deep network to the top. Each block reads the stream, computes an update, "
+     "and adds it back.", "target": None},
+    {"id": "shakespeare", "lang": "en", "text": "ROMEO:\nBut, soft! what light through yonder "
+     "window breaks?", "target": None},
+    {"id": "paris-zh", "lang": "zh", "text": "法国的首都是巴黎，英国的首都是", "target": None},
+    {"id": "residual-zh", "lang": "zh", "text": "残差连接把每一层的输出加回到残差流上，"
+     "让信息和梯度都能直达底层。", "target": None},
+]
+
+SECTIONS = {
+    "stream": {"en": "Does the residual stream grow with depth, and do deep writes still matter?",
+               "zh": "残差流会随深度增长吗？深层的写入还有分量吗？"},
+    "attention": {"en": "How much attention lands on the first token?",
+                  "zh": "有多少注意力落在第一个词元上？"},
+    "massive": {"en": "Are there activations far larger than the rest?",
+                "zh": "有没有远大于其余的激活值？"},
+    "collapse": {"en": "Do the tokens' vectors become alike with depth?",
+                 "zh": "随着深度增加，各词元的向量会变得相似吗？"},
+    "lens": {"en": "From which layer does the model already know the next token?",
+             "zh": "模型从哪一层起就已经知道下一个词元？"},
+    "ablation": {"en": "Which blocks can be skipped without cost?",
+                 "zh": "跳过哪些块几乎没有代价？"},
+}
+
+
+class ProbeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: str = Field(min_length=1, max_length=200, description="a name from /api/realmodel/runs")
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    target: str | None = Field(None, min_length=1, max_length=40,
+                               description="the lens's token (its first token); default: "
+                               "the model's own top-1")
+
+
+def list_runs(root: Path) -> list[dict[str, Any]]:
+    """Every directory under `root` (up to three levels) with config.json and weights."""
+    out = []
+    if not root.is_dir():
+        return out
+    found = sorted({p.parent for depth in range(1, MAX_RUN_DEPTH + 1)
+                    for p in root.glob("/".join(["*"] * depth) + "/" + rundir.CONFIG_FILE)
+                    if not any(part.startswith(".") for part in p.relative_to(root).parts)})
+    for run in found:
+        if not (run / rundir.WEIGHTS_FILE).is_file():
+            continue
+        try:
+            cfg, record = rundir.read_config(run)
+        except Exception:  # a run being written or a foreign config.json: not listed
+            continue
+        source = record.get("source") or {}
+        m = cfg.model
+        out.append({"name": run.relative_to(root).as_posix(),
+                    "kind": {"gguf": "gguf", "huggingface": "huggingface"}.get(
+                        source.get("format"), "trained"),
+                    "source": source.get("name") or source.get("path"),
+                    "n_layers": m.n_layers, "d_model": m.d_model, "n_heads": m.n_heads,
+                    "vocab_size": m.vocab_size,
+                    "tokenizer": (run / rundir.TOKENIZER_FILE).is_file()})
+    return out
+
+
+def _fingerprint(weights: Path) -> str:
+    st = weights.stat()
+    return f"{weights.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+class RealModelProbes:
+    """The runs directory and the on-disk cache of probe results."""
+
+    def __init__(self, root: Path, lock: threading.Lock) -> None:
+        self.root = Path(root)
+        self.lock = lock
+
+    def run_dir(self, name: str) -> Path:
+        names = [r["name"] for r in list_runs(self.root)]
+        if name not in names:
+            shown = ", ".join(names[:12]) or f"none yet (depthlab lab imports SmolLM2 into {self.root})"
+            raise RunError(404, f"run: unknown run {name!r}; choose one of: {shown}")
+        return self.root / name
+
+    def cache_path(self, run: Path, req: ProbeRequest) -> Path:
+        key = json.dumps([CACHE_VERSION, _fingerprint(run / rundir.WEIGHTS_FILE), req.prompt,
+                          req.target], ensure_ascii=False)
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+        return self.root / CACHE_DIR / f"{digest}.json"
+
+    def probe(self, req: ProbeRequest) -> dict[str, Any]:
+        run = self.run_dir(req.run)
+        path = self.cache_path(run, req)
+        cached = _read(path)
+        if cached is not None:
+            return {**cached, "cached": True}
+        with self.lock:
+            cached = _read(path)  # computed by the request we waited for
+            if cached is not None:
+                return {**cached, "cached": True}
+            result = self._compute(run, req)
+        body = {"run": req.run, "prompt": req.prompt, "target": req.target,
+                "questions": SECTIONS, "readings": readings(result), "result": result}
+        rundir.atomic_write_text(path, json.dumps(body, ensure_ascii=False, allow_nan=False))
+        return {**body, "cached": False}
+
+    def _compute(self, run: Path, req: ProbeRequest) -> dict[str, Any]:
+        from depthlab.errors import UserError
+        from depthlab.probes.realmodel import probe_run_dir
+
+        tokenizer = rundir.load_tokenizer(run)
+        if tokenizer is None:
+            raise UserError(f"run: {req.run} has no tokenizer.json, so it cannot read a prompt")
+        try:
+            n = len(tokenizer.encode(req.prompt))
+        except UserError as e:
+            raise UserError(f"prompt: {e}") from None
+        if not 2 <= n <= MAX_PROMPT_TOKENS:
+            raise UserError(f"prompt: must encode to 2..{MAX_PROMPT_TOKENS} tokens with this "
+                            f"run's tokenizer, got {n}")
+        result = probe_run_dir(run, req.prompt, target=req.target)
+        result["run"] = req.run  # the name, not this machine's path
+        return result
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """One line per section, in English and Chinese, from the numbers."""
+    a, m, s, lens, ab = r["attention"], r["massive"]["largest"], r["stream"], r["lens"], r["ablation"]
+    mean_share = sum(a["layer_share"]) / len(a["layer_share"])
+    rms = [v for v in s["rms"] if v is not None]
+    top = lens.get("target", lens["target_id"])
+    first = lens["first_top1"]
+    worst = max(range(len(ab["delta_loss"])), key=lambda i: ab["delta_loss"][i])
+    cos = s["mean_cosine"][-1]
+    return {
+        "stream": {"en": f"RMS {rms[0]:.3g} at the embedding, {max(rms):.3g} at most; "
+                         f"sqrt(1 + k) would give {s['rms_expected'][-1]:.3g} after the last write.",
+                   "zh": f"嵌入处 RMS 为 {rms[0]:.3g}，最大 {max(rms):.3g}；按 sqrt(1 + k) "
+                         f"最后一次写入后应为 {s['rms_expected'][-1]:.3g}。"},
+        "attention": {"en": f"On average {mean_share:.0%} of each layer's attention goes to the "
+                            f"first token; uniform causal attention would give {a['uniform']:.0%}.",
+                      "zh": f"平均每层 {mean_share:.0%} 的注意力落在第一个词元上，"
+                            f"均匀因果注意力只有 {a['uniform']:.0%}。"},
+        "massive": {"en": f"Largest |activation| {m['value']:.4g} in dimension {m['dim']} of token "
+                          f"{m['token']}, {m['ratio']:.3g} x the median.",
+                    "zh": f"最大激活 {m['value']:.4g}，位于第 {m['token']} 个词元的第 {m['dim']} "
+                          f"维，是中位数的 {m['ratio']:.3g} 倍。"},
+        "collapse": {"en": f"Mean cosine between tokens at the top: {cos:.2f} (1 = all alike).",
+                     "zh": f"顶层词元之间的平均余弦相似度：{cos:.2f}（1 表示完全相同）。"},
+        "lens": {"en": f"{top!r} is top-1 from {first} on." if first else
+                       f"{top!r} never becomes top-1.",
+                 "zh": f"{top!r} 从 {first} 起成为第一。" if first else f"{top!r} 始终不是第一。"},
+        "ablation": {"en": f"Skipping block {worst} costs most: +{ab['delta_loss'][worst]:.2f} nats.",
+                     "zh": f"跳过第 {worst} 块代价最大：损失增加 {ab['delta_loss'][worst]:.2f} nats。"},
+    }
+
+
+def router(root: Path, lock: threading.Lock) -> APIRouter:
+    probes = RealModelProbes(root, lock)
+    api = APIRouter(prefix="/api/realmodel", tags=["real model"])
+
+    @api.get("/runs", summary="Run directories under --runs (trained, imported) the probes read")
+    def runs() -> list[dict]:
+        return list_runs(probes.root)
+
+    @api.get("/prompts", summary="Shipped prompts (en, zh) and each section's question")
+    def prompts() -> dict:
+        return {"prompts": PROMPTS, "questions": SECTIONS, "max_prompt_chars": MAX_PROMPT_CHARS,
+                "max_prompt_tokens": MAX_PROMPT_TOKENS}
+
+    @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)")
+    def probe(req: Annotated[ProbeRequest, Body()]) -> dict:
+        return probes.probe(req)
+
+    return api

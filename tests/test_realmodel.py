@@ -1,0 +1,183 @@
+"""The real-model probes with known answers on tiny models: uniform attention gives
+exactly H_T/T, removed writes leave the stream unchanged and the ablation at zero, a
+planted activation is found at its dimension and token, the last lens state is the
+model's own prediction, and every preset's switches go through."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from depthlab import rundir
+from depthlab.cli import main
+from depthlab.config import apply_overrides
+from depthlab.model import Transformer
+from depthlab.presets import PRESETS, get_preset
+from depthlab.probes.realmodel import probe_run_dir, realmodel_probes, uniform_first_share
+
+IDS = [3, 17, 5, 42, 8, 1, 30, 12, 7, 25, 9, 14, 2, 33, 19, 11]
+
+
+def _model(preset: str = "tiny", seed: int = 0, **changes) -> Transformer:
+    cfg = apply_overrides(get_preset(preset), [f"model.{k}={v}" for k, v in changes.items()])
+    torch.manual_seed(seed)
+    return Transformer(cfg.model).eval()
+
+
+def _zero(*params: torch.nn.Parameter | None) -> None:
+    with torch.no_grad():
+        for p in params:
+            if p is not None:
+                p.zero_()
+
+
+def test_uniform_first_share_is_the_harmonic_mean():
+    assert uniform_first_share(1) == 1.0
+    assert uniform_first_share(2) == pytest.approx(0.75)
+    assert uniform_first_share(4) == pytest.approx((1 + 1 / 2 + 1 / 3 + 1 / 4) / 4)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_attention_without_queries_is_uniform_causal(seed):
+    """q = 0 makes every score 0: each query spreads evenly over its keys, so the first
+    token's share is exactly H_T/T in every head, and no head passes 0.3 at T = 16."""
+    model = _model(seed=seed)
+    for block in model.blocks:
+        _zero(block.attn.q_proj.weight, block.attn.q_proj.bias)
+    a = realmodel_probes(model, IDS)["attention"]
+    expected = uniform_first_share(len(IDS))
+    assert a["uniform"] == pytest.approx(expected)
+    for heads in a["first_token_share"]:
+        assert heads == pytest.approx([expected] * len(heads), abs=1e-6)
+    assert a["heads_above"] == 0.0 and a["n_heads_above"] == 0
+
+
+def test_removed_writes_leave_the_stream_and_the_loss_unchanged():
+    model = _model(seed=1)
+    for block in model.blocks:
+        _zero(block.attn.o_proj.weight, block.mlp.down_proj.weight)
+    r = realmodel_probes(model, IDS)
+    s = r["stream"]
+    assert s["rms"] == pytest.approx([s["rms"][0]] * len(s["rms"]), rel=1e-6)
+    assert s["write_ratio"] == [0.0] * 2 * model.cfg.n_layers
+    assert s["angular_distance"] == pytest.approx([0.0] * 2 * model.cfg.n_layers, abs=1e-3)
+    assert r["ablation"]["delta_loss"] == pytest.approx([0.0] * model.cfg.n_layers, abs=1e-6)
+    assert len(set(r["lens"]["top_id"])) == 1  # every state reads out the same
+
+
+def test_skipping_a_block_without_writes_costs_nothing_and_the_others_cost_something():
+    model = _model(seed=2, n_layers=4)
+    _zero(model.blocks[2].attn.o_proj.weight, model.blocks[2].mlp.down_proj.weight)
+    d = realmodel_probes(model, IDS)["ablation"]["delta_loss"]
+    assert d[2] == pytest.approx(0.0, abs=1e-7)
+    assert all(abs(x) > 1e-5 for i, x in enumerate(d) if i != 2)
+
+
+def test_a_planted_massive_activation_is_found_at_its_dimension_and_token():
+    model = _model(seed=3)
+    token, dim, pos = IDS[5], 11, 5
+    with torch.no_grad():
+        model.embed_tokens.weight[token, dim] = 300.0
+    m = realmodel_probes(model, IDS)["massive"]
+    assert (m["dim"][0], m["token"][0]) == (dim, pos)
+    assert m["max_abs"][0] == pytest.approx(300.0)
+    assert m["largest"]["dim"] == dim and m["largest"]["token"] == pos
+    assert m["largest"]["ratio"] > 1000
+
+
+def test_the_stream_reference_is_sqrt_1_plus_k_through_the_first_write():
+    s = realmodel_probes(_model(seed=4), IDS)["stream"]
+    assert s["rms_expected"][0] is None and s["rms_expected"][1] == pytest.approx(s["rms"][1])
+    for k in range(1, len(s["rms"])):
+        assert s["rms_expected"][k] == pytest.approx(s["rms"][1] * math.sqrt((1 + k) / 2))
+    assert len(s["rms_per_token"]) == len(IDS) and len(s["rms_per_token"][0]) == len(s["rms"])
+
+
+def test_the_last_lens_state_is_the_models_prediction_and_the_cached_scale_is_wrong_before():
+    model = _model(seed=5)
+    target = 9
+    r = realmodel_probes(model, IDS, target=target)
+    lens = r["lens"]
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS]))[0, -1].double()
+    p = logits.softmax(-1)
+    assert lens["prob"][-1] == pytest.approx(p[target].item(), rel=1e-5)
+    assert lens["rank"][-1] == int((logits > logits[target]).sum())
+    assert lens["top_id"][-1] == int(logits.argmax())
+    entropy = -(p * p.log()).sum().item()
+    assert lens["entropy"][-1] == pytest.approx(entropy, rel=1e-5)
+    assert lens["entropy_cached_scale"][-1] == pytest.approx(entropy, rel=1e-5)
+    assert r["n_tokens"] == len(IDS) and len(lens["states"]) == 2 * model.cfg.n_layers + 1
+
+
+def test_cached_scale_lens_divides_by_the_final_streams_rms_instead_of_its_own():
+    """At init the logits are too small for entropies to tell (SmolLM2 does: see
+    test_realmodel_smollm2); the logits themselves show the wrong scale exactly."""
+    from depthlab.probes.realmodel import lens_logits
+
+    model = _model(seed=5)
+    gen = torch.Generator().manual_seed(0)
+    d = model.cfg.d_model
+    x, final = torch.randn(1, 4, d, generator=gen), 7 * torch.randn(1, 4, d, generator=gen)
+    rms = lambda t: t.pow(2).mean(-1, keepdim=True).sqrt()
+    with torch.no_grad():
+        right, wrong = lens_logits(model, x), lens_logits(model, x, cached_from=final)
+        assert torch.allclose(lens_logits(model, final, cached_from=final),
+                              lens_logits(model, final), atol=1e-6)
+    assert torch.allclose(wrong, right * rms(x) / rms(final), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_goes_through_and_the_last_lens_state_is_the_prediction(preset):
+    model = _model(preset, seed=6)
+    r = realmodel_probes(model, IDS[:8])
+    with torch.no_grad():
+        logits = model(torch.tensor([IDS[:8]]))[0, -1]
+    assert r["lens"]["top_id"][-1] == int(logits.argmax())
+    assert r["lens"]["rank"][-1] == 0  # the default target is the model's own top-1
+    L = model.cfg.n_layers
+    assert len(r["attention"]["first_token_share"]) == L
+    assert len(r["ablation"]["delta_loss"]) == L and len(r["grad_norm"]) == 2 * L
+    json.dumps(r, allow_nan=False)  # plain JSON for the page
+
+
+@pytest.fixture
+def tiny_run(tmp_path):
+    model = _model(seed=8)
+    cfg = get_preset("tiny")
+    run = tmp_path / "tiny-run"
+    rundir.write_config(run, cfg)
+    rundir.save_weights(run, model)
+    return run
+
+
+def test_probe_run_cli_json_table_and_plot(tiny_run, tmp_path, capsys):
+    ids = ",".join(map(str, IDS[:10]))
+    assert main(["probe", "run", str(tiny_run), "--ids", ids, "--target", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lens"]["target_id"] == 4 and out["prompt_ids"] == IDS[:10]
+    assert {"stream", "attention", "massive", "lens", "ablation", "grad_norm"} <= set(out)
+    png = tmp_path / "probes.png"
+    assert main(["probe", "run", str(tiny_run), "--ids", ids, "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    assert png.stat().st_size > 10_000
+    for heading in ("The residual stream after each write", "Attention on the first token",
+                    "Massive activations", "Logit lens", "skip block: dloss"):
+        assert heading in text
+    same = probe_run_dir(tiny_run, IDS[:10], target=4)
+    assert same["lens"] == out["lens"]  # deterministic
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--ids", "1,2", "--target", "99999"], "target token id"),
+    (["--prompt", "hello"], "give token ids with --ids"),
+    (["--ids", "1,x"], "--ids must be"),
+    (["--ids", "1,2", "--plot", "out.txt"], ".png or .svg"),
+])
+def test_probe_run_bad_input_is_one_line(tiny_run, capsys, argv, needle):
+    assert main(["probe", "run", str(tiny_run), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1

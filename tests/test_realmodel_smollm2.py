@@ -1,0 +1,77 @@
+"""The field's findings, measured on SmolLM2-135M (Q4_1 dequantised) from its wheel: an
+attention sink, a massive activation, a growing stream, a lens that finds " Paris" only
+near the top, and a cached-scale lens that gets the entropies wrong. Slow."""
+
+from __future__ import annotations
+
+import pytest
+
+from depthlab.probes.realmodel import probe_run_dir
+
+pytest.importorskip("gguf")
+pytestmark = pytest.mark.slow
+
+from test_gguf_smollm2 import imported_smollm2  # noqa: E402  (one import per session)
+
+TEXT = ("The residual stream carries information from the bottom of a deep network to the top. "
+        "Each block reads the stream, computes an update, and adds it back.")
+
+
+@pytest.fixture(scope="module")
+def run():
+    from depthlab.errors import UserError
+
+    try:
+        return imported_smollm2()[1]
+    except UserError as e:  # the wheel is not installed
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def probes(run):
+    return probe_run_dir(run, TEXT)
+
+
+@pytest.fixture(scope="module")
+def paris(run):
+    return probe_run_dir(run, "The capital of France is", target=" Paris")
+
+
+def test_attention_sink_well_above_uniform(probes):
+    a = probes["attention"]
+    assert probes["n_tokens"] > 25
+    shares = a["layer_share"]  # measured: 26 of 30 layers above 2x uniform, mean 3.8x
+    assert sum(s > 2 * a["uniform"] for s in shares) >= 0.75 * len(shares)
+    assert sum(shares) / len(shares) > 3 * a["uniform"]
+    assert a["heads_above"] > 0.5
+
+
+def test_a_massive_activation_orders_of_magnitude_above_the_median(probes):
+    big = probes["massive"]["largest"]
+    assert big["ratio"] > 1000 and big["value"] > 1000
+    assert big["token"] == 0  # on the first token, as Sun et al. report
+
+
+def test_stream_grows_and_deep_writes_are_diluted(probes):
+    s = probes["stream"]
+    assert max(s["rms"]) > 100 * s["rms"][1]
+    L = probes["n_layers"]
+    middle = s["write_ratio"][L // 2: 3 * L // 2]
+    assert sorted(middle)[len(middle) // 2] < 0.05  # most middle writes move the stream little
+
+
+def test_recomputed_and_cached_scale_lens_entropies_differ(probes, paris):
+    for r in (probes, paris):
+        lens = r["lens"]
+        gaps = [abs(a - b) for a, b in zip(lens["entropy"], lens["entropy_cached_scale"], strict=True)]
+        assert max(gaps) > 1.0  # nats: TransformerLens #1076 on a real model
+        assert gaps[-1] < 1e-6  # the last state's own scale is the cached one
+
+
+def test_paris_becomes_top1_near_the_top_and_skipping_blocks_costs(paris):
+    lens = paris["lens"]
+    assert lens["target"] == " Paris" and lens["rank"][-1] == 0 and lens["prob"][-1] > 0.5
+    first = lens["states"].index(lens["first_top1"])
+    assert first > len(lens["states"]) // 2  # not in the bottom half
+    deltas = paris["ablation"]["delta_loss"]
+    assert max(deltas) > 1.0

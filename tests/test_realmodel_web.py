@@ -1,0 +1,113 @@
+"""The real-model API: it lists every run under --runs (trained, GGUF-imported), probes
+one on a prompt, answers again from the disk cache (also after a restart), and refuses
+bad input with a 4xx that names the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from depthlab import rundir
+from depthlab.config import apply_overrides
+from depthlab.model import Transformer
+from depthlab.presets import get_preset
+from depthlab.tokenizer import BPETokenizer
+from depthlab.web.app import create_app
+from depthlab.web.realmodel import PROMPTS
+
+pytest.importorskip("gguf")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A course-style BPE run nested like an experiment's, a GGUF import, and a run
+    without weights (not listed)."""
+    from test_gguf import write_tiny_gguf
+
+    from depthlab.hf.gguf_import import import_gguf
+
+    root = tmp_path_factory.mktemp("runs")
+    text = " ".join(p["text"] for p in PROMPTS) * 5
+    tok = BPETokenizer.train(text, 300)
+    cfg = apply_overrides(get_preset("tiny"), [f"model.vocab_size={tok.vocab_size}"])
+    course = root / "residual" / "runs" / "course-4"
+    torch.manual_seed(0)
+    rundir.write_config(course, cfg)
+    rundir.save_weights(course, Transformer(cfg.model))
+    tok.save(course / rundir.TOKENIZER_FILE)
+    rundir.write_config(root / "empty", cfg)  # config but no weights
+    gguf_path = root.parent / "tiny.gguf"
+    write_tiny_gguf(gguf_path)
+    import_gguf(gguf_path, root / "tiny-gguf")
+    return root
+
+
+@pytest.fixture()
+def client(runs):
+    return TestClient(create_app(runs, warm=False))
+
+
+def test_lists_every_run_with_weights(client):
+    listed = {r["name"]: r for r in client.get("/api/realmodel/runs").json()}
+    assert set(listed) == {"residual/runs/course-4", "tiny-gguf"}
+    assert listed["tiny-gguf"]["kind"] == "gguf" and listed["residual/runs/course-4"]["kind"] == "trained"
+    assert listed["tiny-gguf"]["n_layers"] == 2 and listed["tiny-gguf"]["tokenizer"]
+
+
+def test_prompts_in_both_languages_with_questions(client):
+    body = client.get("/api/realmodel/prompts").json()
+    assert {p["lang"] for p in body["prompts"]} == {"en", "zh"}
+    assert set(body["questions"]) >= {"stream", "attention", "massive", "collapse", "lens", "ablation"}
+    assert all(set(q) == {"en", "zh"} for q in body["questions"].values())
+
+
+@pytest.mark.parametrize("run", ["tiny-gguf", "residual/runs/course-4"])
+def test_probe_is_computed_once_then_read_from_disk(runs, client, run):
+    req = {"run": run, "prompt": PROMPTS[0]["text"], "target": " Paris"}
+    first = client.post("/api/realmodel/probe", json=req)
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert body["cached"] is False and body["run"] == run
+    r = body["result"]
+    assert r["run"] == run and str(runs) not in json.dumps(body)  # no server paths
+    assert {"stream", "attention", "massive", "lens", "ablation"} <= set(r)
+    assert r["lens"]["target"] == " Paris"[: len(r["lens"]["target"])] and r["lens"]["target"]
+    assert set(body["readings"]["attention"]) == {"en", "zh"}
+
+    again = client.post("/api/realmodel/probe", json=req).json()
+    assert again["cached"] is True and again["result"] == r
+    restarted = TestClient(create_app(runs, warm=False))  # a new server reads the same file
+    assert restarted.post("/api/realmodel/probe", json=req).json()["cached"] is True
+    other = client.post("/api/realmodel/probe", json={**req, "target": None}).json()
+    assert other["cached"] is False  # another key
+
+
+def test_a_reimported_run_is_measured_again(runs, client, tmp_path):
+    from test_gguf import write_tiny_gguf
+
+    from depthlab.hf.gguf_import import import_gguf
+
+    req = {"run": "tiny-gguf", "prompt": PROMPTS[2]["text"]}
+    before = client.post("/api/realmodel/probe", json=req).json()
+    write_tiny_gguf(tmp_path / "other.gguf", seed=9)
+    import_gguf(tmp_path / "other.gguf", runs / "tiny-gguf", force=True)
+    after = client.post("/api/realmodel/probe", json=req).json()
+    assert after["cached"] is False and after["result"]["loss"] != before["result"]["loss"]
+
+
+@pytest.mark.parametrize("req, status, field", [
+    ({"run": "../etc", "prompt": "hello there"}, 404, "run"),
+    ({"run": "empty", "prompt": "hello there"}, 404, "run"),
+    ({"run": "tiny-gguf", "prompt": ""}, 422, "prompt"),
+    ({"run": "tiny-gguf", "prompt": "x" * 401}, 422, "prompt"),
+    ({"run": "tiny-gguf", "prompt": "a"}, 400, "prompt"),
+    ({"run": "tiny-gguf", "prompt": "hello", "extra": 1}, 422, "extra"),
+    ({"run": "tiny-gguf", "prompt": "hello", "target": "x" * 41}, 422, "target"),
+])
+def test_bad_requests_name_the_field(client, req, status, field):
+    r = client.post("/api/realmodel/probe", json=req)
+    assert r.status_code == status
+    assert r.json()["error"].startswith(field)
