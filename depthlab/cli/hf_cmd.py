@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from depthlab.cli.common import print_json
-from depthlab.cli.table import legend, print_lines, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
