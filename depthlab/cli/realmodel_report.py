@@ -30,7 +30,7 @@ def _stream(r: dict[str, Any]) -> list[str]:
         *legend(("k", "state index, 0 = the embedding"), ("state", "block.sublayer after its write"),
                 ("RMS", "the stream's RMS over all tokens"),
                 ("sqrt(1+k)", "the growth of k independent unit writes, scaled to write 1"),
-                ("1st tok / others", "RMS of the first token's stream and of the rest"),
+                ("1st tok, others", "RMS of the first token's stream and of the rest"),
                 ("|w|/|x|", "norm of the write over the norm of the stream it lands in"),
                 ("angle", "angle to the previous state, over pi"),
                 ("rel.dist", "||X - 1 mean(X)^T||_F / ||X||_F, 0 = all tokens equal"),
@@ -41,15 +41,15 @@ def _stream(r: dict[str, Any]) -> list[str]:
 def _attention(r: dict[str, Any]) -> list[str]:
     a = r["attention"]
     n_heads = len(a["first_token_share"]) * len(a["first_token_share"][0])
-    rows = [(i, f"{mean:.3f}", f"{mean / a['uniform']:.2f}", " ".join(f"{h:.2f}" for h in heads))
+    rows = [(i, " ".join(f"{h:.2f}" for h in heads), f"{mean:.3f}", f"{mean / a['uniform']:.2f}")
             for i, (mean, heads) in enumerate(zip(a["layer_share"], a["first_token_share"],
                                                   strict=True))]
     return [
         "", f"Attention on the first token (uniform causal attention: H_T/T = {a['uniform']:.4f}); "
         f"{a['n_heads_above']} heads of {n_heads} ({a['heads_above']:.1%}) put more than "
         f"{a['threshold']} there:",
-        *table(["layer", "mean", "/ uniform", "per head"], rows, left={3}),
-        *legend(("mean", f"share of attention on token 0, mean over heads and the "
+        *table(["layer", "per head", "mean", "/ uniform"], rows, left={1}),
+        *legend(("layer", "block index"), ("mean", f"share of attention on token 0, mean over heads and the "
                          f"{r['n_tokens']} queries"),
                 ("/ uniform", "the same over H_T/T"), ("per head", "each head's share")),
     ]
@@ -65,8 +65,8 @@ def _massive(r: dict[str, Any]) -> list[str]:
         "", f"Massive activations: largest |activation| {big['value']:.4g} at dim {big['dim']}, "
         f"token {big['token']}, after {big['state']} ({big['ratio']:.4g} x the median):",
         *table(["k", "state", "max |x|", "dim", "token", "median", "ratio"], rows, left={1}),
-        *legend(("max |x|", "the largest |activation| in the stream"),
-                ("dim / token", "where it sits"), ("median", "the median |activation|"),
+        *legend(("k, state", "as above"), ("max |x|", "the largest |activation| in the stream"),
+                ("dim, token", "where it sits"), ("median", "the median |activation|"),
                 ("ratio", "max |x| over the median")),
     ]
 
@@ -75,35 +75,37 @@ def _lens(r: dict[str, Any]) -> list[str]:
     lens = r["lens"]
     target = lens.get("target", lens["target_id"])
     tops = lens.get("top") or lens["top_id"]
-    rows = [(k, name, lens["rank"][k], f"{lens['prob'][k]:.4f}", f"{lens['entropy'][k]:.3f}",
-             f"{lens['entropy_cached_scale'][k]:.3f}", repr(tops[k]))
+    rows = [(k, name, repr(tops[k]), lens["rank"][k], f"{lens['prob'][k]:.4f}",
+             f"{lens['entropy'][k]:.3f}", f"{lens['entropy_cached_scale'][k]:.3f}")
             for k, name in enumerate(lens["states"])]
     return [
         "", f"Logit lens at the last token, target {target!r} (id {lens['target_id']}), "
         f"top-1 from {lens['first_top1']}:",
-        *table(["k", "state", "rank", "p(target)", "entropy", "cached", "top-1"], rows,
-               left={1, 6}),
-        *legend(("rank / p(target)", "the target's rank (0 = top-1) and probability when the "
-                                     "final norm is recomputed on this state"),
+        *table(["k", "state", "top-1", "rank", "p(target)", "entropy", "cached"], rows,
+               left={1, 2}),
+        *legend(("k, state", "as above"), ("top-1", "the most likely token"),
+                ("rank, p(target)", "the target's rank (0 = top-1) and probability when the "
+                                    "final norm is recomputed on this state"),
                 ("entropy", "of that distribution, nats"),
                 ("cached", "the entropy with the final stream's norm scale reused: wrong, "
-                           "the TransformerLens #1076 bug"),
-                ("top-1", "the most likely token")),
+                           "the TransformerLens #1076 bug")),
     ]
 
 
 def _gradient(r: dict[str, Any]) -> list[str]:
     ab = r["ablation"]
-    rows = [(name, f"{g:.4e}", f"{rel:.4f}", f"{ab['delta_loss'][k // 2]:+.4f}" if k % 2 == 0 else "")
-            for k, (name, g, rel) in enumerate(zip(r["sublayers"], r["grad_norm"], r["per_layer"],
-                                                   strict=True))]
+    rows = [(name, f"{g:.4e}", f"{rel:.4f}")
+            for name, g, rel in zip(r["sublayers"], r["grad_norm"], r["per_layer"], strict=True)]
     return [
-        "", f"Gradient of the LM loss at each sublayer's input (bottom first), and the cost of "
-        f"skipping each block (base loss {ab['base_loss']:.4f}):",
-        *table(["sublayer", "|grad|", "/ top", "skip block: dloss"], rows, left={0}),
-        *legend(("|grad|", "norm of dLoss/d(the sublayer's input)"),
-                ("/ top", "the same over the top sublayer's"),
-                ("skip block: dloss", "loss change when the block's two writes are removed")),
+        "", "Gradient of the LM loss at each sublayer's input (bottom first):",
+        *table(["sublayer", "|grad|", "/ top"], rows, left={0}),
+        *legend(("sublayer", "block.sublayer, bottom first"),
+                ("|grad|", "norm of dLoss/d(the sublayer's input)"),
+                ("/ top", "the same over the top sublayer's")),
+        "", f"Skipping one block (base loss {ab['base_loss']:.4f}):",
+        *table(["block", "dloss"], [(i, f"{d:+.4f}") for i, d in enumerate(ab["delta_loss"])]),
+        *legend(("block", "the block whose two writes are removed"),
+                ("dloss", "the next-token loss change, nats")),
     ]
 
 
