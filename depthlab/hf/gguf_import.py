@@ -204,12 +204,14 @@ def read_hf_tensors(reader: Any, path: Path, names: list[str], n_heads: int, n_k
     with q/k rows back in Hugging Face's order."""
     import numpy as np
     from gguf.quants import dequantize
-    from tqdm import tqdm
+
+    from depthlab.progress import Progress
 
     by_hf = {hf_tensor_name(t.name): t for t in reader.tensors}
     out: dict[str, torch.Tensor] = {}
-    for name in tqdm(names, desc="dequantising", unit="tensor", disable=not progress,
-                     leave=False):
+    bar = Progress(len(names), desc="dequantising", unit="tensor", enabled=progress, leave=False)
+    for i, name in enumerate(names):
+        bar.report(i)
         t = by_hf[name]
         try:
             values = dequantize(t.data, t.tensor_type)
@@ -223,6 +225,8 @@ def read_hf_tensors(reader: Any, path: Path, names: list[str], n_heads: int, n_k
         elif ".self_attn.k_proj." in name:
             w = unpermute_rope_rows(w, n_kv)
         out[name] = w
+    bar.report(len(names))
+    bar.close()
     return out
 
 
