@@ -185,7 +185,8 @@
   DL.figures.growth = function (source, showError) {
     const t = (k) => () => DL.t(k);
     const chart = DL.charts.make($("c-growth"), {
-      xLabel: t("g.ax.k"), yLabel: t("g.ax.rms"), height: 220,
+      xLabel: t("g.ax.k"), yLabel: t("g.ax.rms"), height: 220, xInt: true,
+      hover: (x, v, k, vs) => DL.t("hover.growth", { x, v: vs, row: DL.t(k === 0 ? "g.measured" : "g.theory") }),
       series: [{ label: t("g.measured"), color: DL.COLORS.accent }, { label: t("g.theory"), color: DL.COLORS.theory, dash: true }],
     });
     let r = null;
@@ -194,6 +195,7 @@
       chart.update(r.measured_rms.map((_, i) => i), [r.measured_rms, r.expected]);
       $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + ": " + DL.t("g.measured") + " " +
         fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]);
+      $("reading-growth").textContent = DL.t("read.growth", { k, m: fmt(r.measured_rms[k]), e: fmt(r.expected[k]) });
     }
     source.growth({ writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
     return { update() {}, relabel: () => { chart.relabel(); if (r) draw(); } };

@@ -163,14 +163,38 @@
     "foot.live": ["Live page served by depthlab", "由 depthlab 实时提供的页面"],
     "foot.static": ["Static copy exported by depthlab", "depthlab 导出的静态副本"],
     "foot.at": ["on", "导出于"],
+    "foot.grid": ["g step", "g 步长"],
     "err": ["Error", "错误"],
+    "err.chart": ["This chart could not be drawn", "这张图没能画出来"],
+    "chart.underflow": ["below the smallest float64, drawn as a marker on the axis floor", "小于 float64 能表示的最小值,画成坐标轴底部的标记"],
+
+    "hover.grad": ["sublayer {x}: its gradient is {v} × the top layer's", "第 {x} 个子层:梯度是顶层的 {v} 倍"],
+    "hover.rms": ["after {x} writes: stream RMS {v}", "写入 {x} 次后:残差流 RMS {v}"],
+    "hover.dist": ["after {x} attention sublayers: {v} of the starting distance from all-equal", "经过 {x} 个注意力子层:离「全部相同」的距离是起点的 {v}"],
+    "hover.ratio": ["g = {x}, {row}: bottom / top = {v}", "g = {x},{row}:底层 / 顶层 = {v}"],
+    "hover.cos": ["after {x} sublayers, {row}: mean cosine {v}", "经过 {x} 个子层,{row}:余弦平均 {v}"],
+    "hover.growth": ["after {x} writes: {row} {v}", "写入 {x} 次后:{row} {v}"],
+    "hover.project": ["{xname} {x}, {row}: {v}", "{xname} {x},{row}:{v}"],
+
+    "read.grad": ["At N = {n}, g = {g} the bottom sublayer of the plain stack receives {a} of the top's gradient; the improved stack's receives {b}.",
+                  "N = {n}、g = {g} 时,直接堆叠的最底层子层只收到顶层梯度的 {a};改进后的堆叠收到 {b}。"],
+    "read.dist": ["After N = {n} attention sublayers at g = {g} the plain stack's tokens keep {a} of their starting distance from all-equal; the improved stack keeps {b}.",
+                  "g = {g} 时经过 N = {n} 个注意力子层,直接堆叠的 token 离「全部相同」的距离只剩起点的 {a};改进后的堆叠剩 {b}。"],
+    "read.sweep": ["At N = {n}, moving g from 0.5 to 2.0 moves the plain bottom/top ratio across {a} orders of magnitude, the improved one across {b}.",
+                   "N = {n} 时,g 从 0.5 变到 2.0,直接堆叠的底/顶之比跨过 {a} 个数量级,改进后的跨过 {b} 个。"],
+    "read.cos": ["After {n} sublayers the mean cosine between tokens is {a} in the plain stack and {b} in the improved one (1 = all the same).",
+                 "经过 {n} 个子层,token 两两余弦的平均值:直接堆叠 {a},改进后 {b}(1 = 全部相同)。"],
+    "read.growth": ["After {k} unit-variance writes the stream RMS is {m}, against √(1 + {k}) = {e} for independent writes: the stream grows like the square root of the number of writes.",
+                    "{k} 次单位方差写入之后,残差流 RMS 为 {m},独立写入的理论值 √(1 + {k}) = {e}:残差流随写入次数的平方根增长。"],
   };
 
   let lang = "en";
-  DL.t = (key) => {
+  // DL.t("read.grad", {n: 40, ...}) fills {n} and the other named holes.
+  DL.t = (key, vars) => {
     const s = S[key];
     if (!s) return key;
-    return s[lang === "zh" ? 1 : 0];
+    const out = s[lang === "zh" ? 1 : 0];
+    return vars ? out.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m)) : out;
   };
   // {en, zh} objects from export.json and the API.
   DL.tr = (obj) => (obj == null ? "" : typeof obj === "string" ? obj : obj[lang] || obj.en || "");

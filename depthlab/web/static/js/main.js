@@ -8,10 +8,18 @@
   const source = DL.makeSource();
   DL.source = source;
   DL.errors = [];
+  // Every error is shown on the page (a banner under the header), never only logged.
   const showError = (e) => {
-    DL.errors.push(String(e && e.message));
-    if (window.console) console.warn("depthlab:", e && e.message); // eslint-disable-line no-console
+    const msg = String((e && e.message) || e);
+    DL.errors.push(msg);
+    const box = $("page-errors");
+    box.textContent = DL.t("err") + ": " + DL.errors.slice(-3).join(" · ");
+    box.style.display = "block";
+    if (window.console) console.warn("depthlab:", msg); // eslint-disable-line no-console
   };
+  DL.showError = showError;
+  window.addEventListener("error", (e) => showError(e.error || e.message));
+  window.addEventListener("unhandledrejection", (e) => showError(e.reason));
 
   let st = DL.state.get();
   DL.setLang(st.lang);
