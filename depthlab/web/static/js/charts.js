@@ -53,15 +53,13 @@
     return Math.abs(e - Math.round(e)) < 1e-9 && Math.abs(e) >= 3 ? "10" + sup(Math.round(e)) : DL.fmt(v);
   };
 
-  // Linear tick labels: the fewest significant digits that keep every label distinct
-  // (1 × 10⁸ and 2 × 10⁸, 0.5, 1 and 1.5).
+  // Linear tick labels: the fewest significant digits that write every tick exactly
+  // (1 × 10⁸ and 2 × 10⁸; 0.25, 0.5 and 0.75), so labels are right and distinct.
   DL.tickLabels = function (vs) {
-    for (let d = 1; d <= 12; d++) {
-      const out = vs.map((v) => (v == null ? "" : num(v, d, 1e-2, 1e4)));
-      const seen = out.filter((s) => s !== "");
-      if (new Set(seen).size === seen.length) return out;
-    }
-    return vs.map((v) => (v == null ? "" : String(v)));
+    const exact = (v, d) => v == null || Math.abs(+v.toPrecision(d) - v) <= 1e-9 * Math.abs(v);
+    let d = 1;
+    while (d < 12 && !vs.every((v) => exact(v, d))) d++;
+    return vs.map((v) => (v == null ? "" : num(v, d, 1e-2, 1e4)));
   };
   // Log tick labels from exponents: 10ᵏ, or plain numbers between 0.01 and 1000.
   const logLabel = (y) => {
@@ -104,6 +102,34 @@
     if (hi - lo < 1) hi = lo + 1;
     return [lo, hi];
   }
+
+  // A linear axis: a 1-2-2.5-5 step giving about 4 intervals over the data, the range
+  // widened to whole steps, so even a nearly flat series gets at least two labelled ticks.
+  function linStep(lo, hi) {
+    let span = hi - lo;
+    if (!(span > 1e-12 * Math.max(Math.abs(lo), Math.abs(hi)))) span = Math.max(Math.abs(hi), 1) * 0.1;
+    const raw = span / 4;
+    const e = Math.floor(Math.log10(raw));
+    const m = [1, 2, 2.5, 5, 10].find((k) => k * Math.pow(10, e) >= raw - 1e-12 * raw);
+    return m * Math.pow(10, e);
+  }
+  function linRange(ys) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const s of ys) for (const v of s) if (v != null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    if (lo === Infinity) return [0, 1];
+    const step = linStep(lo, hi);
+    const a = Math.floor(lo / step + 1e-9) * step;
+    let b = Math.ceil(hi / step - 1e-9) * step;
+    if (b <= a) b = a + step;
+    return [+a.toPrecision(12), +b.toPrecision(12)];
+  }
+  const linSplits = (lo, hi) => {
+    const step = linStep(lo, hi);
+    const out = [];
+    for (let k = Math.ceil(lo / step - 1e-9); k * step <= hi + 1e-9 * step; k++) out.push(+(k * step).toPrecision(12));
+    return out;
+  };
 
   // A colour darker by `f` (0..1): a dashed series that shares its colour with a solid one.
   const darker = (hex, f) => "#" + [1, 3, 5].map((i) =>
@@ -195,6 +221,7 @@
         const scales = { x: { time: false }, y: {} };
         if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1));
         else if (spec.yRange) scales.y.range = spec.yRange;
+        else scales.y.range = (u) => linRange(u.data.slice(1));
         if (spec.xRange) scales.x.range = spec.xRange;
         else if (bars) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
@@ -207,6 +234,7 @@
           yAxis.splits = (u, i, lo, hi) => logSplits(lo, hi);
           yAxis.values = (u, vs) => { const l = vs.map(logLabel); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
         } else {
+          if (!spec.yRange) yAxis.splits = (u, i, lo, hi) => linSplits(lo, hi);
           yAxis.values = (u, vs) => { const l = DL.tickLabels(vs); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
         }
         return {

@@ -39,6 +39,15 @@
   };
   const stageName = (s) => (DL.lang() === "zh" && STAGE_ZH[s]) || (s === "add" ? "+ residual add" : s);
 
+  // A model in one line, from its config (the same in both languages, nothing cut short).
+  function describeModel(a) {
+    const m = a.model;
+    const preset = a.source.startsWith("preset ");
+    return DL.t(preset ? "flow.src.preset" : "flow.src.config", { name: a.name }) + DL.t("b.d.colon") +
+      DL.t("flow.src.facts", { L: m.n_layers, d: int(m.d_model), h: m.n_heads, kv: m.n_kv_heads || m.n_heads,
+                               norm: m.norm, place: m.placement, ffn: m.ffn, pos: m.position, ff: int(m.d_ff) });
+  }
+
   DL.figures.dataflow = function (source, showError) {
     const select = $("flow-model");
     let anatomy = null;
@@ -70,16 +79,15 @@
       el.textContent = "";
       const a = anatomy;
       let params = int(st.params);
-      if (st.perLayer) params += " × " + st.L + " " + (DL.lang() === "zh" ? "层" : "layers") + " = " + int(st.params * st.L);
-      if (st.tied) params = DL.lang() === "zh" ? "与词嵌入共享" : "shared with the embedding";
+      if (st.perLayer) params += " × " + st.L + " " + DL.t("flow.layers") + " = " + int(st.params * st.L);
+      if (st.tied) params = DL.t("flow.tied");
       el.append(
         h("div", { class: "kv" }, h("b", {}, stageName(st.id)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
           " (T = " + a.tokens + ")"),
-        h("div", { class: "kv" }, DL.t("flow.params") + ": " + params + (st.perLayer ? (DL.lang() === "zh" ? "(本组件每层)" : " (this component, per layer)") : "")),
+        h("div", { class: "kv" }, DL.t("flow.params") + ": " + params + (st.perLayer ? DL.t("flow.perlayer") : "")),
         h("div", { class: "kv muted" }, DL.t("flow.total") + " " + int(a.total_params) + " · FFN " +
-          fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes +
-          (DL.lang() === "zh" ? " 次写入残差流" : " writes into the stream")),
-        h("div", { class: "kv muted small" }, a.source));
+          fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes + " " + DL.t("flow.writes")),
+        h("div", { class: "kv muted small" }, describeModel(a)));
     }
 
     function render() {
@@ -122,8 +130,8 @@
 
     source.anatomyConfigs().then((names) => {
       const first = ["course", "lesson-anchor"];
-      const all = first.concat(names.presets.filter((n) => !first.includes(n) && n !== "tiny"),
-                               names.configs.filter((n) => !first.includes(n)));
+      // a config that shares a preset's name (gpt2) is reached as the preset: list each name once
+      const all = [...new Set(first.concat(names.presets.filter((n) => n !== "tiny"), names.configs))];
       select.textContent = "";
       all.forEach((n) => select.append(h("option", { value: n }, n)));
       select.value = DL.state.get().flow;
@@ -296,11 +304,12 @@
       const slots = b.slots.length ? b.slots.join(" + ") : "—";
       const txt = $("block-text");
       txt.textContent = "";
+      const sep = DL.t("b.d.sep");
       txt.append(
-        h("div", {}, h("b", {}, b.preset), ": placement ", h("code", {}, b.placement), ", norm ", h("code", {}, b.norm),
-          ", slots ", h("code", { id: "block-slots" }, slots)),
-        h("div", {}, "residual ", h("code", {}, b.residual), ", " + b.n_layers + " × 2 = " + b.writes +
-          (DL.lang() === "zh" ? " 次写入" : " writes")),
+        h("div", {}, h("b", {}, b.preset), DL.t("b.d.colon") + DL.t("b.d.placement") + " ", h("code", {}, b.placement),
+          sep + DL.t("b.d.norm") + " ", h("code", {}, b.norm), sep + DL.t("b.d.slots") + " ", h("code", { id: "block-slots" }, slots)),
+        h("div", {}, DL.t("b.d.residual") + " ", h("code", {}, b.residual), sep + b.n_layers + " × 2 = " + b.writes + " " +
+          DL.t("b.d.writes")),
         b.residual === "none" ? h("div", { class: "red" }, DL.t("b.nores")) : "");
     }
     return {

@@ -25,6 +25,14 @@
     "flow.shape": ["shape", "形状"],
     "flow.tokens": ["tokens", "个 token"],
     "flow.total": ["total", "合计"],
+    "flow.layers": ["layers", "层"],
+    "flow.tied": ["shared with the embedding", "与词嵌入共享"],
+    "flow.perlayer": [" (this component, per layer)", "(本组件每层)"],
+    "flow.writes": ["writes into the stream", "次写入残差流"],
+    "flow.src.preset": ["preset {name}", "预设 {name}"],
+    "flow.src.config": ["model config {name}", "模型配置 {name}"],
+    "flow.src.facts": ["{L} layers, d_model {d}, {h} query heads and {kv} key/value heads, norm {norm} ({place}), FFN {ff} wide ({ffn}), positions {pos}.",
+                       "{L} 层,d_model {d},{h} 个查询头、{kv} 个键/值头,归一化 {norm}({place}),FFN 宽 {ff}({ffn}),位置编码 {pos}。"],
     "flow.missing": ["The anatomy probe is not available in this build.", "这个版本里还没有结构分析探针。"],
 
     "sim.h": ["Design it yourself: can we just stack them?", "先自己设计:直接堆叠行不行?"],
@@ -111,6 +119,13 @@
     "b.attn": ["attention", "注意力"],
     "b.ffn": ["FFN", "FFN"],
     "b.final": ["final norm", "最终归一化"],
+    "b.d.colon": [": ", ":"],
+    "b.d.sep": [", ", ","],
+    "b.d.placement": ["placement", "归一化位置"],
+    "b.d.norm": ["norm", "归一化"],
+    "b.d.slots": ["slots", "插槽"],
+    "b.d.residual": ["residual", "残差"],
+    "b.d.writes": ["writes", "次写入"],
     "b.nores": ["no residual: the add is gone", "无残差:加法被去掉"],
 
     "n.h": ["LayerNorm or RMSNorm? A calculator", "LayerNorm 还是 RMSNorm?计算器"],
@@ -186,6 +201,37 @@
                  "经过 {n} 个子层,token 两两余弦的平均值:直接堆叠 {a},改进后 {b}(1 = 全部相同)。"],
     "read.growth": ["After {k} unit-variance writes the stream RMS is {m}, against √(1 + {k}) = {e} for independent writes: the stream grows like the square root of the number of writes.",
                     "{k} 次单位方差写入之后,残差流 RMS 为 {m},独立写入的理论值 √(1 + {k}) = {e}:残差流随写入次数的平方根增长。"],
+  };
+
+  // Words inside the project data (series labels, table headers and cells: export.json
+  // keeps them in English) and their Chinese. A label is translated part by part
+  // ("12 layers, no residual" → "12 层,无残差"); what is not here stays as it is.
+  const DATA_ZH = {
+    "unigram baseline": "一元基线", layers: "层数", residual: "有残差", "no residual": "无残差",
+    "residual (trained)": "有残差(训练后)", "final val loss": "最终验证损失",
+    "gap (none - residual)": "差距(无残差 − 有残差)", plain: "有残差", none: "无残差",
+    arm: "实验组", "first block": "第一块", "last block": "最后一块", "last / first": "最后 / 第一",
+    init: "初始化", ratio: "比值", diverged: "发散", yes: "是", no: "否", norm: "归一化",
+    "ms per step (median)": "每步毫秒数(中位数)", "attention on first token": "第一个 token 得到的注意力",
+    "uniform baseline H_T/T": "均匀基线 H_T/T", "no gate": "无门控", "sigmoid output gate": "sigmoid 输出门",
+    "at initialisation": "初始化时", "sqrt(1 + k): independent unit writes": "sqrt(1 + k):独立的单位方差写入",
+    warmup: "带 warmup", "no warmup": "不带 warmup", quick: "快速", micro: "微型", full: "完整",
+  };
+  const DATA_RULES = [
+    [/^(\d+) layers$/, "$1 层"], [/^init (.+)$/, "初始化 $1"], [/^final RMS, (\d+) layers$/, "最终 RMS,$1 层"],
+    [/^after training \(step (\d+)\)$/, "训练后(第 $1 步)"],
+  ];
+  function dataZh(s) {
+    if (s in DATA_ZH) return DATA_ZH[s];
+    for (const [re, to] of DATA_RULES) if (re.test(s)) return s.replace(re, to);
+    return null;
+  }
+  DL.trData = (s) => {
+    if (lang !== "zh" || typeof s !== "string") return s;
+    const whole = dataZh(s);
+    if (whole != null) return whole;
+    const parts = s.split(", ");
+    return parts.length > 1 ? parts.map((p) => dataZh(p) || p).join(",") : s;
   };
 
   let lang = "en";

@@ -26,15 +26,9 @@
   $("lang").textContent = DL.t("lang.switch");
 
   const sim = DL.figures.simulator(source, showError);
-  const figures = {
-    dataflow: DL.figures.dataflow(source, showError),
-    formula: DL.figures.formula(source, showError),
-    growth: DL.figures.growth(source, showError),
-    block: DL.figures.block(source, showError),
-    norms: DL.figures.norms(source, showError),
-    evolution: DL.figures.evolution(source, showError),
-    project: DL.figures.project(source, showError),
-  };
+  // Built one per task after the simulator (below): one long start-up task would freeze the page.
+  const figures = {};
+  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project"];
   // Which figures a changed state key concerns.
   const ROUTES = {
     mode: ["sim"], n: ["sim"], g: ["sim"], res: ["sim"], pre: ["sim"], wb: ["sim"],
@@ -93,7 +87,7 @@
       f.textContent = "";
       const what = DL.t(m.mode === "static" ? "foot.static" : "foot.live");
       f.append(what + " " + m.version + (m.exported_at ? " · " + DL.t("foot.at") + " " + m.exported_at : "") +
-        (m.mode === "static" ? " · N ∈ {" + m.grid.n.join(", ") + "}, g step " + m.grid.g_step : ""));
+        (m.mode === "static" ? " · N ∈ {" + m.grid.n.join(", ") + "}, " + DL.t("foot.grid") + " " + m.grid.g_step : ""));
       if (m.mode === "static") $("sim-note").textContent = DL.t("sim.note") + " " + DL.t("sim.static") + ".";
     }).catch(showError);
   }
@@ -103,5 +97,13 @@
   st = DL.state.get();
   DL.state.set({}); // normalises the URL, then routes nothing (empty patch)
   route(st, st);
-  DL.ready = true;
+  (async () => {
+    for (const name of LATER) {
+      await new Promise((r) => setTimeout(r, 0));
+      figures[name] = DL.figures[name](source, showError);
+      figures[name].update(DL.state.get());
+    }
+    DL.ready = true;
+    DL.readyAt = Math.round(performance.now());
+  })();
 })();
