@@ -32,7 +32,7 @@
 
   // ---- 2. the cumulative data flow ----------------------------------------------------
   const STAGE_ZH = {
-    tokens: "token", embedding: "词嵌入", "attention scores": "注意力分数",
+    tokens: "token", embedding: "词嵌入", "q_proj (query)": "q_proj(查询)", "q_proj (query | gate)": "q_proj(查询 | 门)", "attention scores": "注意力分数",
     "attention output (o_proj in)": "注意力输出(o_proj 输入)", "attention write": "注意力写回",
     "ffn hidden": "FFN 中间层", "ffn write": "FFN 写回", logits: "logits", add: "+ 残差相加",
     "final norm": "最终归一化",
@@ -104,7 +104,7 @@
         if (st.perLayer || st.id === "add") {
           if (!block) {
             block = h("div", { class: "flow-block" }, h("span", { class: "flow-block-h" },
-              "× " + anatomy.model.n_layers + (DL.lang() === "zh" ? " 层" : " blocks")));
+              "× " + anatomy.model.n_layers + " " + DL.t("flow.blocks")));
             box.append(block);
           }
           block.append(btn);
@@ -218,6 +218,9 @@
     return el;
   }
 
+  // The block as SVG, plus its data path: one step per thing the stream goes through, in
+  // order (read, norm, transform, scale, add, and a norm after the add for Post-Norm), each
+  // step tagging the SVG parts it lights up when the path is animated.
   function blockSvg(b) {
     const SX = 70; // the stream's x
     const CX = 250; // the sublayer column's centre
@@ -226,38 +229,46 @@
     const GAP = 14;
     const normName = b.norm === "layernorm" ? "LayerNorm" : b.norm === "rmsnorm_zero_centered" ? "RMSNorm (1+w)" : "RMSNorm";
     const items = []; // [kind, y (upward), ...]
+    const steps = []; // {kind, sub}
+    const step = (kind, sub) => steps.push({ kind, sub }) - 1;
     let y = 20;
     items.push(["label", y, "x_l  [T × " + b.d_model + "]"]);
     y += 24;
     for (const sub of ["attn", "ffn"]) {
       const start = y;
       const boxes = [];
-      if (b.slots.includes("in")) boxes.push(["norm", normName]);
-      boxes.push(["sub", sub === "attn" ? DL.t("b.attn") + (b.attn_gate ? " + gate" : "") + (b.qk_norm ? ", QK-norm" : "")
-                              : DL.t("b.ffn") + " (" + b.ffn + ", " + b.ffn_hidden + ")"]);
-      if (b.slots.includes("out")) boxes.push(["norm", normName]);
+      const read = step("read", sub);
+      if (b.slots.includes("in")) boxes.push(["norm", normName, step("norm", sub)]);
+      boxes.push(["sub", sub === "attn" ? DL.t("b.attn") + (b.attn_gate ? " + " + DL.t("b.gate") : "") + (b.qk_norm ? ", QK-norm" : "")
+                              : DL.t("b.ffn") + " (" + b.ffn + ", " + b.ffn_hidden + ")", step("transform", sub)]);
+      const gated = sub === "attn" && b.attn_gate;
+      if (gated) boxes.push(["scale", "× σ(" + DL.t("b.gate") + ")", step("scale", sub)]);
+      if (b.slots.includes("out")) boxes.push(["norm", normName, step("norm", sub)]);
+      const scaled = b.write_scale !== 1 ? step("scale", sub) : null;
       let by = start + 16;
-      for (const [kind, text] of boxes) {
-        items.push(["box", by, kind, text]);
+      for (const [kind, text, at] of boxes) {
+        items.push(["box", by, kind, text, at]);
         by += BH + GAP;
       }
       y = by + 4;
-      items.push(["branch", start, by - GAP, y]);
-      items.push(["add", y, b.write_scale !== 1 ? "× " + fmt(b.write_scale) : ""]);
+      const add = step("add", sub);
+      items.push(["branch", start, by - GAP, y, read, add]);
+      items.push(["add", y, scaled != null ? "× " + fmt(b.write_scale) : "", add, scaled]);
       y += 22;
       if (b.slots.includes("post")) {
-        items.push(["postnorm", y, normName]);
+        items.push(["postnorm", y, normName, step("norm", sub)]);
         y += BH + GAP;
       }
     }
-    if (b.final_norm) items.push(["note", y + 4, "… × " + b.n_layers + " → " + DL.t("b.final") + " → LM head"]);
-    else items.push(["note", y + 4, "… × " + b.n_layers + " → LM head"]);
+    const tail = "… × " + b.n_layers + " → " + (b.final_norm ? DL.t("b.final") + " → " : "") + DL.t("b.head");
+    items.push(["note", y + 4, tail]);
     y += 26;
     items.push(["label", y, "x_l+1"]);
     const H = y + 16;
-    const svg = s("svg", { viewBox: "0 0 420 " + H, class: "block-svg", role: "img" });
+    const svg = s("svg", { viewBox: "0 0 420 " + H, class: "block-svg", role: "img", "aria-label": DL.t("b.alt") });
     const Y = (v) => H - v;
     const residual = b.residual !== "none";
+    const at = (el, i) => { if (i != null) el.dataset.step = i; return el; };
     svg.append(s("line", { x1: SX, y1: Y(32), x2: SX, y2: Y(y - 14), class: residual ? "stream" : "stream broken" }));
     // named at its foot, right of the line: a rotated label along it would sit under norm boxes
     svg.append(s("text", { x: SX + 8, y: Y(30), class: "side" }, DL.t("b.stream")));
@@ -266,22 +277,23 @@
       if (kind === "label") svg.append(s("text", { x: SX - 30, y: Y(v) + 5, class: "lbl" }, it[2]));
       else if (kind === "note") svg.append(s("text", { x: SX + 18, y: Y(v) + 4, class: "small" }, it[2]));
       else if (kind === "box") {
-        svg.append(s("rect", { x: CX - BW / 2, y: Y(v + BH), width: BW, height: BH, rx: 5, class: it[2] === "norm" ? "b-norm" : "b-sub" }));
+        const cls = it[2] === "norm" ? "b-norm" : it[2] === "scale" ? "b-scale" : "b-sub";
+        svg.append(at(s("rect", { x: CX - BW / 2, y: Y(v + BH), width: BW, height: BH, rx: 5, class: cls }), it[4]));
         svg.append(s("text", { x: CX, y: Y(v + BH / 2) + 4, class: "ctr" }, it[3]));
       } else if (kind === "branch") {
-        const [, y0, y1, ya] = it;
-        svg.append(s("path", { d: `M${SX},${Y(y0)} H${CX} V${Y(y0 + 16)}`, class: "wire" }));
-        svg.append(s("path", { d: `M${CX},${Y(y1)} V${Y(ya)} H${SX + 9}`, class: "wire" }));
+        const [, y0, y1, ya, read, add] = it;
+        svg.append(at(s("path", { d: `M${SX},${Y(y0)} H${CX} V${Y(y0 + 16)}`, class: "wire" }), read));
+        svg.append(at(s("path", { d: `M${CX},${Y(y1)} V${Y(ya)} H${SX + 9}`, class: "wire" }), add));
       } else if (kind === "add") {
-        svg.append(s("circle", { cx: SX, cy: Y(v), r: 9, class: residual ? "b-add" : "b-add off" }));
+        svg.append(at(s("circle", { cx: SX, cy: Y(v), r: 9, class: residual ? "b-add" : "b-add off" }), it[3]));
         svg.append(s("text", { x: SX, y: Y(v) + 5, class: "ctr plus" }, "+"));
-        if (it[2]) svg.append(s("text", { x: SX + 14, y: Y(v) - 10, class: "small" }, it[2]));
+        if (it[2]) svg.append(at(s("text", { x: SX + 14, y: Y(v) - 10, class: "small" }, it[2]), it[4]));
       } else if (kind === "postnorm") {
-        svg.append(s("rect", { x: SX - 55, y: Y(v + BH), width: 110, height: BH, rx: 5, class: "b-norm" }));
+        svg.append(at(s("rect", { x: SX - 55, y: Y(v + BH), width: 110, height: BH, rx: 5, class: "b-norm" }), it[3]));
         svg.append(s("text", { x: SX, y: Y(v + BH / 2) + 4, class: "ctr" }, it[2]));
       }
     }
-    return svg;
+    return { svg, steps };
   }
 
   DL.figures.block = function (source, showError) {
@@ -294,13 +306,35 @@
       presetSel.value = DL.state.get().preset;
     }).catch(showError);
     presetSel.addEventListener("change", () => DL.state.set({ preset: presetSel.value, place: "" }));
+    // The data path, lit one step at a time (every 0.9 s; held still under reduced motion).
+    let path = [];
+    let timer = null;
+    let at = 0;
+    DL.blockPath = () => path.map((p) => ({ kind: p.kind, sub: p.sub }));
+    function show(box) {
+      box.querySelectorAll("[data-step]").forEach((e) => e.classList.toggle("on", +e.dataset.step === at));
+      const p = path[at];
+      $("block-step").textContent = p ? (at + 1) + "/" + path.length + " · " +
+        DL.t("b.step." + (p.kind === "add" && last.residual === "none" ? "write" : p.kind),
+             { sub: DL.t(p.sub === "attn" ? "b.attn" : "b.ffn") }) : "";
+    }
+    function animate(box) {
+      clearInterval(timer);
+      at = 0;
+      show(box);
+      if (window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches) return;
+      timer = setInterval(() => { at = (at + 1) % path.length; show(box); }, 900);
+    }
     placeSel.addEventListener("change", () => DL.state.set({ place: placeSel.value }));
 
     function draw(b) {
       last = b;
       const box = $("block-svg");
       box.textContent = "";
-      box.append(blockSvg(b));
+      const drawn = blockSvg(b);
+      box.append(drawn.svg);
+      path = drawn.steps;
+      animate(box);
       const slots = b.slots.length ? b.slots.join(" + ") : "—";
       const txt = $("block-text");
       txt.textContent = "";
@@ -343,7 +377,7 @@
       const cols = r.x.map((_, i) => i);
       const row = (name, vs) => [name].concat(cols.map((i) => fmt(vs[i], 4)));
       out.append(table(["", ...cols.map((i) => "x" + (i + 1))], [
-        row("x", r.x), row("x − mean", r.centred), row(DL.t("n.ln"), r.layernorm), row(DL.t("n.rn"), r.rmsnorm),
+        row("x", r.x), row("x − " + DL.t("n.mean"), r.centred), row(DL.t("n.ln"), r.layernorm), row(DL.t("n.rn"), r.rmsnorm),
       ], "num norms-table"));
       out.append(h("p", { class: "note" }, DL.t("n.same")));
     }
@@ -367,19 +401,18 @@
     let rows = null;
     function draw() {
       const zh = DL.lang() === "zh";
-      const head = [zh ? "零件" : "part"].concat(rows.map((r) => (zh ? r.generation_zh : r.generation) + " · " + r.name));
+      const head = [DL.t("e.part")].concat(rows.map((r) => (zh ? r.generation_zh : r.generation) + " · " + r.name));
       const line = (label, f) => [label].concat(rows.map(f));
       const normName = (r) => r.norm + (r.qk_norm ? " + QK-norm" : "");
       const body = [
         line("FFN", (r) => r.ffn + ", " + int(r.d_model) + " → " + int(r.d_ff) + " (" + fmt(r.ffn_multiple) + "d)"),
-        line(zh ? "FFN 参数占比" : "FFN share of parameters", (r) => fmt(100 * r.ffn_share) + "%"),
-        line(zh ? "残差写入次数" : "residual writes", (r) => r.n_layers + " × 2 = " + r.n_writes),
-        line(zh ? "写回投影初始化 std" : "output projection init std", (r) => fmt(r.residual_init_std)),
-        line(zh ? "归一化" : "norm", (r) => normName(r) + ", " + r.placement),
-        line(zh ? "门控" : "gating", (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") +
-          (r.attn_gate ? (zh ? " + 注意力输出门" : " + attention output gate") : "")),
+        line(DL.t("e.ffnshare"), (r) => fmt(100 * r.ffn_share) + "%"),
+        line(DL.t("e.writes"), (r) => r.n_layers + " × 2 = " + r.n_writes),
+        line(DL.t("e.initstd"), (r) => fmt(r.residual_init_std)),
+        line(DL.t("e.norm"), (r) => normName(r) + ", " + r.placement),
+        line(DL.t("e.gating"), (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") + (r.attn_gate ? " + " + DL.t("e.gate") : "")),
         line("q_proj", (r) => int(r.q_proj_in) + " → " + int(r.q_proj_width) + (r.attn_gate ? " = 2 × " + int(r.q_proj_width / 2) : "")),
-        line(zh ? "参数量" : "parameters", (r) => fmt(r.total_params)),
+        line(DL.t("e.params"), (r) => fmt(r.total_params)),
       ];
       const box = $("evolution-table");
       box.textContent = "";

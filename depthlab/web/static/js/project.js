@@ -50,7 +50,7 @@
       const sec = DL.h("div", { class: "experiment", id: "exp-" + item.name });
       const data = exports[item.name];
       const q = (data && data.question) || item.question;
-      sec.append(DL.h("h3", {}, item.name + (q && DL.tr(q) ? ": " + DL.tr(q) : "")));
+      sec.append(DL.h("h3", {}, DL.h("code", {}, item.name), q && DL.tr(q) ? ": " + DL.tr(q) : ""));
       if (!data) {
         sec.append(DL.h("p", {}, DL.t(source.kind === "static" ? "p.static" : "p.nodata")));
         if (source.kind !== "static") {
@@ -91,7 +91,7 @@
       if (rest.length) {
         body.append(DL.h("h3", {}, DL.t("p.others")));
         body.append(DL.h("ul", { class: "others" }, rest.map((i) => DL.h("li", { id: "exp-" + i.name },
-          DL.h("b", {}, i.name), i.question ? ": " + DL.tr(i.question) : "", " ",
+          DL.h("code", {}, i.name), i.question ? ": " + DL.tr(i.question) : "", " ",
           source.kind === "static" ? "" : DL.h("code", {}, i.command)))));
       }
     }
