@@ -141,7 +141,7 @@ def residual_analyze(results: list[RunResult], b: Budget) -> Report:
     stuck = [d for d in (b.shallow, b.deep) if mean(final_values(arms[f"L{d}-none"])) > unigram - 0.05]
     if stuck:
         depths = " and ".join(str(d) for d in stuck)
-        depths_zh = "和".join(str(d) for d in stuck)
+        depths_zh = " 和 ".join(str(d) for d in stuck)
         model_ends = "models end" if len(stuck) > 1 else "model ends"
         report.conclusions.append(text(
             f"Without the residual, the {depths}-layer {model_ends} within 0.05 nats of the unigram "

@@ -43,9 +43,10 @@
   function describeModel(a) {
     const m = a.model;
     const preset = a.source.startsWith("preset ");
+    const hidden = (a.shapes.find((x) => x.stage === "ffn hidden") || { shape: [0, m.d_ff] }).shape[1];
     return DL.t(preset ? "flow.src.preset" : "flow.src.config", { name: a.name }) + DL.t("b.d.colon") +
       DL.t("flow.src.facts", { L: m.n_layers, d: int(m.d_model), h: m.n_heads, kv: m.n_kv_heads || m.n_heads,
-                               norm: m.norm, place: m.placement, ffn: m.ffn, pos: m.position, ff: int(m.d_ff) });
+                               norm: m.norm, place: m.placement, ffn: m.ffn, pos: m.position, ff: int(hidden) });
   }
 
   DL.figures.dataflow = function (source, showError) {
@@ -175,7 +176,7 @@
         " · " + DL.t("f.plain") + " = ", h("b", { class: "red" }, fmt(r.plain_output))));
       const shown = rows.length > 12 ? rows.slice(0, 6).concat([["…", "", "", ""]], rows.slice(-5)) : rows;
       out.append(table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown));
-      $("paths-jacobian").textContent = DL.t("f.jac") + "  N = " + r.depth + ": " + fmt(r.jacobian) + " vs " + fmt(r.plain_jacobian) + ".";
+      $("paths-jacobian").textContent = DL.t("f.jac") + "  N = " + r.depth + ": " + fmt(r.jacobian) + " " + DL.t("f.vs") + " " + fmt(r.plain_jacobian) + DL.t("f.end");
     }
 
     return {

@@ -100,6 +100,8 @@
     "f.jac": ["Per layer the Jacobian is I + ∂F/∂x = 1 + a; over N layers (1 + a)^N, against a^N without the identity.",
               "每层的雅可比是 I + ∂F/∂x = 1 + a;N 层相乘是 (1 + a)^N,没有 I 时只有 a^N。"],
     "f.paths": ["paths", "条路径"],
+    "f.vs": ["vs", "对"],
+    "f.end": [".", "。"],
 
     "g.h": ["Step 2: a new failure, the stream keeps growing", "第 2 步:新的失败——残差流越加越大"],
     "g.p": ["x_L = x₀ + Σ F_l: every sublayer adds to the same stream. If each write is independent with variance 1, variances add and the standard deviation after k writes is √(1 + k). Below, measured with random unit-variance writes.",
@@ -245,8 +247,10 @@
     for (const [re, to] of DATA_RULES) if (re.test(s)) return s.replace(re, to);
     return null;
   }
-  DL.trData = (s) => {
+  const COLUMN_ZH = { residual: "残差" }; // as a table header, not a cell's value
+  DL.trData = (s, column) => {
     if (lang !== "zh" || typeof s !== "string") return s;
+    if (column && s in COLUMN_ZH) return COLUMN_ZH[s];
     const whole = dataZh(s);
     if (whole != null) return whole;
     const parts = s.split(", ");

@@ -68,7 +68,7 @@
       chartsOf(item.name, data, grid);
       if (data.table && data.table.rows && data.table.rows.length) {
         const t = DL.h("table", { class: "num" },
-          DL.h("thead", {}, DL.h("tr", {}, data.table.columns.map((c) => DL.h("th", {}, DL.trData(c))))),
+          DL.h("thead", {}, DL.h("tr", {}, data.table.columns.map((c) => DL.h("th", {}, DL.trData(c, true))))),
           DL.h("tbody", {}, data.table.rows.map((r) => DL.h("tr", {}, r.map((v) =>
             DL.h("td", {}, typeof v === "number" ? DL.fmt(v, 4) : DL.trData(v)))))));
         sec.append(DL.h("div", { class: "table-wrap" }, t));
