@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -25,6 +26,23 @@ BROWSER_MARKS = [
 LONG_TASKS = """window.__longTasks = [];
 new PerformanceObserver((l) => l.getEntries().forEach((e) => window.__longTasks.push([Math.round(e.startTime), Math.round(e.duration)])))
   .observe({type: 'longtask', buffered: true});"""
+
+
+def micro_runs(tmp_path_factory) -> Path:
+    """A micro `residual` experiment: real charts from a real (tiny) run."""
+    from depthlab.experiments import run_experiment
+
+    out = tmp_path_factory.mktemp("runs")
+    run_experiment("residual", budget="micro", out_dir=out, progress=False, echo=False)
+    return out
+
+
+def chromium():
+    """Debian's Chromium through Playwright, for a module's `browser` fixture."""
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
 
 
 def serve(runs_dir: Path):
@@ -50,10 +68,6 @@ def serve(runs_dir: Path):
         thread.join(timeout=10)
 
     return f"http://127.0.0.1:{port}/", stop
-
-
-def launch(p):
-    return p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
 
 
 class Watch:

@@ -12,9 +12,19 @@ from __future__ import annotations
 import re
 
 import pytest
-from page_harness import BROWSER_MARKS, Watch, launch, serve, sync_api
+from page_harness import BROWSER_MARKS, Watch, chromium, micro_runs, serve
 
 pytestmark = BROWSER_MARKS
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return micro_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium()
 
 ALLOWED = set("""
 RMS RMSNorm LayerNorm Pre-Norm Post-Norm Pre-LN Post-LN Pre-RMSNorm QK-norm FFN SwiGLU GELU ReLU
@@ -54,14 +64,6 @@ def stray_latin(texts: list[str]) -> list[str]:
     return bad
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    from depthlab.experiments import run_experiment
-
-    out = tmp_path_factory.mktemp("runs")
-    run_experiment("residual", budget="micro", out_dir=out, progress=False, echo=False)
-    return out
-
 
 @pytest.fixture(scope="module")
 def live(runs):
@@ -76,13 +78,6 @@ def exported(runs, tmp_path_factory):
 
     return export_page(tmp_path_factory.mktemp("export"), runs_dir=runs, grid="small").as_uri()
 
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 def open_page(browser, url: str, width: int = 1400):
@@ -145,7 +140,7 @@ def test_hover_reads_out_the_value(live, browser):
     text = tip.inner_text()
     assert text.startswith("sublayer 1:"), text
     v = api["plain"]["per_layer"][0]
-    shown = page.evaluate("(v) => DL.fmt(v, 4)", v)
+    shown = page.evaluate("(v) => DL.fmt(v, 5)", v)
     assert shown in text
     # the one-line reading beside the figure comes from the same numbers
     reading = page.inner_text("#reading-sim")
@@ -168,4 +163,16 @@ def test_block_diagram_animates_the_data_path(live, browser):
     # the animation moves: the highlighted step changes over time
     first = page.evaluate("() => document.querySelector('#block-svg .on') && document.querySelector('#block-svg .on').dataset.step")
     page.wait_for_function(f"() => document.querySelector('#block-svg .on') && document.querySelector('#block-svg .on').dataset.step !== {first!r}")
+    page.close()
+
+
+def test_keyboard_reads_values(live, browser):
+    page, _ = open_page(browser, live + "#lang=en&n=4&g=1.00")
+    page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '4'")
+    page.focus("#c-improved-layers")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    tip = page.locator("#c-improved-layers .chart-tip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text().startswith("sublayer 2:")
     page.close()

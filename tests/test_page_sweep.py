@@ -2,7 +2,8 @@
 the static export: each N (1..64) and each g step (0.50..2.00) is visited, under every
 toggle combination and both modes, and each chart must hold exactly the numbers the API
 (or the embedded data) gives for that state, with finite, distinct, correct tick labels,
-every value on its axis, no error, no long task over 200 ms and no console error.
+every value on its axis, no error, no console error, and no long task over 200 ms once the
+page has started (1 s while its scripts are parsed, which depends on the machine's load).
 
 States: every (mode, toggles) pair at the four corners of the (N, g) square, then N = 1..64
 each once with g walking all 31 steps (twice over), the pairs taking turns; then a drag of
@@ -13,14 +14,23 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from page_harness import BROWSER_MARKS, CHECK_STATE, LONG_TASKS, Watch, launch, serve, sync_api
+from page_harness import BROWSER_MARKS, CHECK_STATE, LONG_TASKS, Watch, chromium, serve
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium()
 
 GAINS = [round(0.5 + 0.05 * i, 2) for i in range(31)]
 COMBOS = [{"mode": m, "res": r, "pre": p, "wb": w}
           for m in ("gradient", "collapse") for r, p, w in itertools.product((False, True), repeat=3)]
-LONG_TASK_MS = 200
+LONG_TASK_MS = 200  # once the page has started: any input, any redraw
+# While it starts, parsing and compiling the scripts (uPlot is 50 kB) is one task whose length
+# follows the machine's load (70 ms idle, near 300 ms with both cores busy): a freeze like
+# the 18 s one this test was written for still fails it.
+LOAD_TASK_MS = 1000
 
 
 def states() -> list[dict]:
@@ -55,13 +65,6 @@ def exported(tmp_path_factory):
                        grid="small").as_uri()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
-
 
 def drag(page, slider: str, values) -> None:
     """One input event per animation frame through every value, as a mouse drag sends them."""
@@ -85,10 +88,12 @@ def sweep(page, url: str, want_from: str) -> list[str]:
     drag(page, "n", list(range(1, 65)))
     drag(page, "g", [f"{g:.2f}" for g in reversed(GAINS)])
     bad += page.evaluate(CHECK_STATE, [{}, want_from])
-    long = [t for t in page.evaluate("() => window.__longTasks") if t[1] > LONG_TASK_MS]
+    boot = page.evaluate("() => DL.bootAt")
+    tasks = page.evaluate("() => window.__longTasks")
+    long = [t for t in tasks if t[0] >= boot and t[1] > LONG_TASK_MS]
+    long += [t for t in tasks if t[0] < boot and t[1] > LOAD_TASK_MS]
     if long:
-        ready = page.evaluate("() => DL.readyAt")
-        bad.append(f"long tasks over {LONG_TASK_MS} ms (start, ms; the page was ready at {ready}): {long}")
+        bad.append(f"long tasks (start, ms; start-up ended at {boot:.0f}): {long}")
     bad += [f"console: {e}" for e in watch.errors]
     return bad
 

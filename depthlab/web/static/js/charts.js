@@ -33,16 +33,18 @@
     }
     return String(+v.toPrecision(digits)).replace(/^-/, "−");
   }
+  // (The mantissa of a power of ten keeps digits - 1 of them, at least 2: 1.4 × 10⁻²⁰ by default.)
   DL.fmt = function (v, digits) {
     if (v == null || !isFinite(v)) return "—";
     const d = digits || 3;
     const a = Math.abs(v);
     if (a !== 0 && (a < 1e-3 || a >= 1e4)) {
+      const md = Math.max(2, d - 1);
       const e = Math.floor(Math.log10(a));
       let m = v / Math.pow(10, e);
       let ee = e;
-      if (Math.abs(+m.toPrecision(2)) >= 10) { m /= 10; ee += 1; }
-      return m.toPrecision(2) + " × 10" + sup(ee);
+      if (Math.abs(+m.toPrecision(md)) >= 10) { m /= 10; ee += 1; }
+      return m.toPrecision(md) + " × 10" + sup(ee);
     }
     return String(+v.toPrecision(d));
   };
@@ -176,7 +178,7 @@
         else throw e;
       }
 
-      const describeValue = (v) => (v === 0 && spec.yLog ? "0 (" + DL.t("chart.underflow") + ")" : DL.fmt(v, 4));
+      const describeValue = (v) => (v === 0 && spec.yLog ? "0 (" + DL.t("chart.underflow") + ")" : DL.fmt(v, 5));
       function hoverText(i) {
         const x = raw.xs[i];
         return spec.series.map((s, k) => {
@@ -328,6 +330,15 @@
       }
       build();
       el.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+      // The keyboard reads values too: focus a chart, then ← and → step through its points.
+      let key = -1;
+      el.addEventListener("keydown", (e) => {
+        if (!plot || !raw.xs.length || (e.key !== "ArrowLeft" && e.key !== "ArrowRight")) return;
+        e.preventDefault();
+        key = Math.max(0, Math.min(raw.xs.length - 1, key + (e.key === "ArrowRight" ? 1 : -1)));
+        const y = plot.data[1][key];
+        plot.setCursor({ left: plot.valToPos(raw.xs[key], "x"), top: y == null ? 0 : plot.valToPos(y, "y") });
+      });
       if (window.ResizeObserver) {
         let last = el.clientWidth;
         new ResizeObserver(() => {

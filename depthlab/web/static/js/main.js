@@ -97,6 +97,7 @@
   st = DL.state.get();
   DL.state.set({}); // normalises the URL, then routes nothing (empty patch)
   route(st, st);
+  DL.bootAt = performance.now(); // the end of the start-up task: from here on the page is interactive
   (async () => {
     for (const name of LATER) {
       await new Promise((r) => setTimeout(r, 0));
