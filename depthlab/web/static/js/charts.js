@@ -57,12 +57,13 @@
 
   // Linear tick labels: the fewest significant digits that write every tick exactly
   // (1 × 10⁸ and 2 × 10⁸; 0.25, 0.5 and 0.75), so labels are right and distinct.
-  DL.tickLabels = function (vs) {
+  function tickLabels(vs) {
     const exact = (v, d) => v == null || Math.abs(+v.toPrecision(d) - v) <= 1e-9 * Math.abs(v);
     let d = 1;
     while (d < 12 && !vs.every((v) => exact(v, d))) d++;
     return vs.map((v) => (v == null ? "" : num(v, d, 1e-2, 1e4)));
-  };
+  }
+
   // Log tick labels from exponents: 10ᵏ, or plain numbers between 0.01 and 1000.
   const logLabel = (y) => {
     const v = Math.pow(10, y);
@@ -70,7 +71,6 @@
     if (Math.abs(y - k) < 1e-9) return k >= -2 && k <= 3 ? String(+v.toPrecision(1)) : "10" + sup(k);
     return num(v, 2, 1e-2, 1e4);
   };
-  DL.logLabel = logLabel;
 
   // Ticks of a log axis from its exponent range: whole decades, every `step` of them so that
   // at most 6 are labelled; within two decades also the 2s and 5s.
@@ -229,7 +229,7 @@
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
                               grid: { stroke: "#0000001a" }, ticks: { stroke: "#0000002a" } });
         const xAxis = Object.assign(axis(), { label: spec.xLabel(), labelSize: 18, size: 40 });
-        xAxis.values = (u, vs) => { const l = DL.tickLabels(vs); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
+        xAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
         if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
         const yAxis = Object.assign(axis(), { size: 64 });
         if (spec.yLog) {
@@ -237,7 +237,7 @@
           yAxis.values = (u, vs) => { const l = vs.map(logLabel); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
         } else {
           if (!spec.yRange) yAxis.splits = (u, i, lo, hi) => linSplits(lo, hi);
-          yAxis.values = (u, vs) => { const l = DL.tickLabels(vs); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
+          yAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
         }
         return {
           width: width(), height, series, scales, legend: { show: false },

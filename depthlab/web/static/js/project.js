@@ -35,7 +35,7 @@
           return xs.map((x) => (m.has(x) ? m.get(x) : null));
         });
         const chart = DL.charts.make(el, {
-          xLabel: () => DL.tr(c.x_label), yLabel: () => DL.tr(c.y_label), yLog: !!c.y_log, height: 220,
+          title: () => DL.tr(c.title), xLabel: () => DL.tr(c.x_label), yLabel: () => DL.tr(c.y_label), yLog: !!c.y_log, height: 220,
           hover: (x, v, k, vs) => DL.t("hover.project", { xname: DL.tr(c.x_label), x: DL.fmt(x, 4), v: vs,
                                                           row: DL.trData(c.series[k].label) }),
           series: c.series.map((s, i) => ({ label: () => DL.trData(s.label), color: colorOf(c.series, i),
