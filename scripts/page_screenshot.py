@@ -1,33 +1,57 @@
-"""Screenshot the simulator section of a running page for the README.
+"""Screenshot the lesson page: the simulator section for the README, or whole pages to
+look at the layout in both languages on a wide and a phone-sized screen.
 
     depthlab serve --port 8765 &
     python scripts/page_screenshot.py http://127.0.0.1:8765 docs/img/simulator.png
+    python scripts/page_screenshot.py http://127.0.0.1:8765 /tmp/page.png --lang zh --width 390 --full
 
-Uses Debian's Chromium through Playwright (as the browser tests do).
+Uses Debian's Chromium through Playwright (as the browser tests do). The README's image is
+the first form: 1100 px wide, English, N = 32, g = 1, all three switches on.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from playwright.sync_api import sync_playwright
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+README_STATE = "mode=gradient&n=32&g=1.00&res=1&pre=1&wb=1"
 
 
-def main() -> int:
-    base, out = sys.argv[1], sys.argv[2]
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("base", help="the page's address, e.g. http://127.0.0.1:8765 or file:///.../index.html")
+    ap.add_argument("out", help="the PNG to write")
+    ap.add_argument("--lang", choices=("en", "zh"), default="en")
+    ap.add_argument("--width", type=int, default=1100, help="viewport width in px (default 1100)")
+    ap.add_argument("--full", action="store_true", help="the whole page, not only the simulator")
+    ap.add_argument("--state", default=README_STATE,
+                    help=f"the controls, as in the URL (default {README_STATE})")
+    args = ap.parse_args(argv)
+    base = args.base if args.base.endswith(".html") else args.base.rstrip("/") + "/"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1100, "height": 900}, locale="en-US")
-        page.goto(base + "/#lang=en&mode=gradient&n=32&g=1.00&res=1&pre=1&wb=1")
-        page.wait_for_timeout(3000)
+        page = browser.new_page(viewport={"width": args.width, "height": 900}, locale="en-US")
+        page.goto(f"{base}#lang={args.lang}&{args.state}")
+        page.wait_for_function("() => window.DL && DL.ready", timeout=30000)
+        page.wait_for_function("() => document.getElementById('reading-sim').textContent !== ''",
+                               timeout=30000)
+        page.wait_for_timeout(500)  # the last chart's paint
+        errors = page.evaluate("() => DL.errors")
+        if errors:
+            print(f"page errors: {errors}", file=sys.stderr)
+            return 1
         # the sticky header would otherwise sit on top of an element screenshot
         page.evaluate("for (const h of document.querySelectorAll('header')) h.style.position = 'static'")
-        page.locator("#simulator").screenshot(path=out)
+        if args.full:
+            page.screenshot(path=args.out, full_page=True)
+        else:
+            page.locator("#simulator").screenshot(path=args.out)
         browser.close()
-    print(f"wrote {out}")
+    print(f"wrote {args.out}")
     return 0
 
 

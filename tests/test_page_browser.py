@@ -4,75 +4,31 @@ free loopback port, and as a static export opened from file://."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from page_harness import ARTIFACTS, BROWSER_MARKS, Watch, chromium, micro_runs, serve
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """A micro `residual` experiment: real charts from a real (tiny) run."""
-    from depthlab.experiments import run_experiment
-
-    out = tmp_path_factory.mktemp("runs")
-    run_experiment("residual", budget="micro", out_dir=out, progress=False, echo=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def server(runs):
-    import uvicorn
-
-    from depthlab.web.app import create_app
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = create_app(runs, allowed_hosts=["127.0.0.1", "localhost"])
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}/"
-    srv.should_exit = True
-    thread.join(timeout=10)
+    return micro_runs(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
+    yield from chromium()
 
 
-class Watch:
-    """Console errors and every request the page makes."""
 
-    def __init__(self, page):
-        self.errors: list[str] = []
-        self.urls: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("request", lambda r: self.urls.append(r.url))
+@pytest.fixture(scope="module")
+def server(runs):
+    url, stop = serve(runs)
+    yield url
+    stop()
+
 
 
 def _set_range(page, selector: str, value) -> None:
@@ -176,3 +132,19 @@ def test_static_export_from_file(tmp_path, browser, runs):
     assert all(u.startswith("file://") for u in watch.urls), watch.urls
     page.close()
 
+
+
+def test_a_chart_error_is_shown(server, browser):
+    """A chart that cannot be drawn says so in its box and in the page's error banner."""
+    page = browser.new_page()
+    page.goto(server + "#lang=en")
+    page.wait_for_function("() => window.DL && DL.ready", timeout=15000)
+    assert not page.is_visible("#page-errors")
+    page.evaluate("""() => { const el = document.createElement('div'); el.id = 't-broken';
+        document.querySelector('main').prepend(el);
+        DL.charts.make(el, {xLabel: () => 'x', yLabel: () => { throw new Error('no label for this axis'); },
+                            series: [{label: 'y', color: '#000000'}]}); }""")
+    assert "no label for this axis" in page.inner_text("#t-broken .chart-error")
+    assert page.is_visible("#page-errors") and "no label for this axis" in page.inner_text("#page-errors")
+    assert page.evaluate("() => DL.errors") == ["no label for this axis"]
+    page.close()

@@ -141,13 +141,14 @@ def residual_analyze(results: list[RunResult], b: Budget) -> Report:
     stuck = [d for d in (b.shallow, b.deep) if mean(final_values(arms[f"L{d}-none"])) > unigram - 0.05]
     if stuck:
         depths = " and ".join(str(d) for d in stuck)
+        depths_zh = " 和 ".join(str(d) for d in stuck)
         model_ends = "models end" if len(stuck) > 1 else "model ends"
         report.conclusions.append(text(
             f"Without the residual, the {depths}-layer {model_ends} within 0.05 nats of the unigram "
             f"baseline ({unigram:.4f}: predicting each token from its frequency alone): "
             f"{'they have' if len(stuck) > 1 else 'it has'} not learned to use the context in "
             "this budget.",
-            f"去掉残差后,{depths} 层模型最终与一元基线({unigram:.4f},只按字符频率预测)相差不到 "
+            f"去掉残差后,{depths_zh} 层模型最终与一元基线({unigram:.4f},只按字符频率预测)相差不到 "
             "0.05 nats:在这个预算内它没有学会利用上下文。"))
     (g_s, n_s), (g_d, n_d) = gaps[b.shallow], gaps[b.deep]
     if len(stuck) == 2:

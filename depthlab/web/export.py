@@ -28,7 +28,7 @@ STATIC = Path(__file__).parent / "static"
 GRIDS = {
     "standard": {"n": (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64),
                  "g": tuple(round(0.5 + 0.1 * i, 2) for i in range(16)), "g_step": 0.1},
-    "small": {"n": (2, 8, 32), "g": (0.5, 1.0, 1.5, 2.0), "g_step": 0.5},
+    "small": {"n": (2, 8, 32, 64), "g": (0.5, 1.0, 1.5, 2.0), "g_step": 0.5},
 }
 TOGGLES = tuple(itertools.product((False, True), repeat=3))  # residual, prenorm, scale_writes
 ANATOMY = ("course", "lesson-anchor")

@@ -27,6 +27,19 @@
     };
   }
 
+  // The one place the page talks to the server: every request goes through here.
+  async function request(method, path, body) {
+    const opts = { method, headers: {} };
+    if (body !== undefined) {
+      opts.headers["content-type"] = "application/json";
+      opts.body = JSON.stringify(body);
+    }
+    const r = await fetch(path, opts);
+    const data = await r.json().catch(() => ({ error: path + ": HTTP " + r.status + ", not JSON" }));
+    if (!r.ok) throw Object.assign(new Error(data.error || "HTTP " + r.status), { status: r.status });
+    return data;
+  }
+
   function live() {
     const cache = lru(1000);
     async function call(method, path, body) {
@@ -37,15 +50,7 @@
       DL.stats.inFlight++;
       DL.stats.maxInFlight = Math.max(DL.stats.maxInFlight, DL.stats.inFlight);
       try {
-        const opts = { method, headers: { "content-type": "application/json" } };
-        if (body) opts.body = JSON.stringify(body);
-        const r = await fetch(path, opts);
-        const data = await r.json();
-        if (!r.ok) {
-          const e = new Error(data.error || "HTTP " + r.status);
-          e.status = r.status;
-          throw e;
-        }
+        const data = await request(method, path, body);
         if (method === "POST" && !path.includes("/experiments/")) cache.set(key, data);
         return data;
       } finally {
@@ -54,11 +59,7 @@
     }
     const get = (p) => call("GET", p);
     const post = (p, b) => call("POST", p, b);
-    const fresh = (p) => fetch(p).then(async (r) => {
-      const d = await r.json();
-      if (!r.ok) throw Object.assign(new Error(d.error || "HTTP " + r.status), { status: r.status });
-      return d;
-    });
+    const fresh = (p) => request("GET", p);
     return {
       kind: "live",
       meta: () => get("api/meta"),
@@ -77,15 +78,7 @@
       experiments: () => fresh("api/experiments"),
       experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
       status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
-      run: (name, budget) =>
-        fetch("api/experiments/" + encodeURIComponent(name) + "/run", {
-          method: "POST", headers: { "content-type": "application/json" },
-          body: JSON.stringify({ budget }),
-        }).then(async (r) => {
-          const d = await r.json();
-          if (!r.ok) throw new Error(d.error || "HTTP " + r.status);
-          return d;
-        }),
+      run: (name, budget) => request("POST", "api/experiments/" + encodeURIComponent(name) + "/run", { budget }),
     };
   }
 

@@ -1,46 +1,206 @@
-// Charts: a thin layer over the vendored uPlot. make(el, spec) draws an empty chart
-// and returns {update(xs, ys), relabel()}; update redraws with new numbers and calls
+// Charts: a thin layer over the vendored uPlot. make(el, spec) draws an empty chart and
+// returns {update(xs, ys), relabel(), state()}; update redraws with new numbers and calls
 // spec.onDraw after the canvas is painted. Labels are functions, so switching the
 // language only rebuilds the axes. Red = plain stack, green = improved stack.
+//
+// Log charts are drawn as exponents on a linear axis (y = log10 v), with our own ticks
+// at powers of ten. uPlot's own log axis (1.6.32) builds its tick list by stepping
+// through each decade with a fixed-decimal rounding table; below about 1e-22 the steps
+// stop reaching the next decade and the list grows until `RangeError: Invalid array
+// length` (2 GB of heap first). The lesson's gradients go down to 1e-80 at N = 64, so
+// the page never hands a log scale to uPlot. Every positive float64 has a finite
+// exponent, so every value is drawn; an exact 0 (float underflow) has none and is drawn
+// as a marker on the axis floor, its value in the hover read-out.
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.COLORS = { plain: "#c62828", improved: "#2e7d32", theory: "#555555", accent: "#1565c0" };
   const PALETTE = ["#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457"];
 
-  const sup = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
-  // 3 significant digits; powers of ten as 1.4 × 10⁻²⁰ outside [1e-3, 1e4).
+  const SUP = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
+  const sup = (e) => String(e).split("").map((c) => SUP[c]).join("");
+  const trim = (s) => (s.includes(".") && !s.includes("e") ? s.replace(/0+$/, "").replace(/\.$/, "") : s);
+
+  // v with `digits` significant digits; outside [1e-3, 1e4) as m × 10ᵉ.
+  function num(v, digits, lo, hi) {
+    const a = Math.abs(v);
+    if (a !== 0 && (a < lo || a >= hi)) {
+      let e = Math.floor(Math.log10(a));
+      let m = v / Math.pow(10, e);
+      if (Math.abs(+m.toPrecision(digits)) >= 10) { m /= 10; e += 1; }
+      const ms = trim(m.toPrecision(digits));
+      return (ms === "1" ? "" : ms === "-1" ? "−" : ms + " × ") + "10" + sup(e);
+    }
+    return String(+v.toPrecision(digits)).replace(/^-/, "−");
+  }
+  // (The mantissa of a power of ten keeps digits - 1 of them, at least 2: 1.4 × 10⁻²⁰ by default.)
   DL.fmt = function (v, digits) {
     if (v == null || !isFinite(v)) return "—";
     const d = digits || 3;
     const a = Math.abs(v);
     if (a !== 0 && (a < 1e-3 || a >= 1e4)) {
+      const md = Math.max(2, d - 1);
       const e = Math.floor(Math.log10(a));
       let m = v / Math.pow(10, e);
       let ee = e;
-      if (Math.abs(+m.toPrecision(2)) >= 10) { m /= 10; ee += 1; }
-      return m.toPrecision(2) + " × 10" + String(ee).split("").map((c) => sup[c]).join("");
+      if (Math.abs(+m.toPrecision(md)) >= 10) { m /= 10; ee += 1; }
+      return m.toPrecision(md) + " × 10" + sup(ee);
     }
     return String(+v.toPrecision(d));
   };
-  const tick = (v) => {
-    if (v == null) return "";
-    const a = Math.abs(v);
-    if (a !== 0 && (a < 1e-2 || a >= 1e4)) {
-      const e = Math.round(Math.log10(a));
-      return "10" + String(e).split("").map((c) => sup[c]).join("");
-    }
-    return String(+v.toPrecision(3));
+  // "10⁻²⁶" for a value that is a power of ten, else DL.fmt: the one-line readings' form.
+  DL.pow10 = (v) => {
+    if (v == null || !isFinite(v) || v <= 0) return DL.fmt(v);
+    const e = Math.log10(v);
+    return Math.abs(e - Math.round(e)) < 1e-9 && Math.abs(e) >= 3 ? "10" + sup(Math.round(e)) : DL.fmt(v);
   };
+
+  // Linear tick labels: the fewest significant digits that write every tick exactly
+  // (1 × 10⁸ and 2 × 10⁸; 0.25, 0.5 and 0.75), so labels are right and distinct.
+  function tickLabels(vs) {
+    const exact = (v, d) => v == null || Math.abs(+v.toPrecision(d) - v) <= 1e-9 * Math.abs(v);
+    let d = 1;
+    while (d < 12 && !vs.every((v) => exact(v, d))) d++;
+    return vs.map((v) => (v == null ? "" : num(v, d, 1e-2, 1e4)));
+  }
+
+  // Log tick labels from exponents: 10ᵏ, or plain numbers between 0.01 and 1000.
+  const logLabel = (y) => {
+    const v = Math.pow(10, y);
+    const k = Math.round(y);
+    if (Math.abs(y - k) < 1e-9) return k >= -2 && k <= 3 ? String(+v.toPrecision(1)) : "10" + sup(k);
+    return num(v, 2, 1e-2, 1e4);
+  };
+
+  // Ticks of a log axis from its exponent range: whole decades, every `step` of them so that
+  // at most 6 are labelled; within two decades also the 2s and 5s.
+  function logSplits(lo, hi) {
+    const span = hi - lo;
+    const steps = [1, 2, 5, 10, 20, 50, 100];
+    const step = steps.find((s) => span / s <= 6) || 100;
+    const out = [];
+    for (let k = Math.ceil(lo / step) * step; k <= hi + 1e-9; k += step) out.push(k);
+    if (span <= 2) {
+      for (let k = Math.floor(lo); k <= hi; k++) {
+        for (const m of [2, 5]) {
+          const y = k + Math.log10(m);
+          if (y > lo + 1e-9 && y < hi - 1e-9) out.push(y);
+        }
+      }
+      out.sort((a, b) => a - b);
+    }
+    return out;
+  }
+
+  // The exponent range of a log chart: whole decades around the data; the floor sits at
+  // least a quarter decade under the smallest value so that its bar has a height.
+  function logRange(ys) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const s of ys) for (const v of s) if (v != null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    if (lo === Infinity) return [-1, 0];
+    lo = Math.floor(lo - 0.25);
+    hi = Math.ceil(hi + 0.05);
+    if (hi - lo < 1) hi = lo + 1;
+    return [lo, hi];
+  }
+
+  // A linear axis: a 1-2-2.5-5 step giving about 4 intervals over the data, the range
+  // widened to whole steps, so even a nearly flat series gets at least two labelled ticks.
+  function linStep(lo, hi) {
+    let span = hi - lo;
+    if (!(span > 1e-12 * Math.max(Math.abs(lo), Math.abs(hi)))) span = Math.max(Math.abs(hi), 1) * 0.1;
+    const raw = span / 4;
+    const e = Math.floor(Math.log10(raw));
+    const m = [1, 2, 2.5, 5, 10].find((k) => k * Math.pow(10, e) >= raw - 1e-12 * raw);
+    return m * Math.pow(10, e);
+  }
+  function linRange(ys) {
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const s of ys) for (const v of s) if (v != null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    if (lo === Infinity) return [0, 1];
+    const step = linStep(lo, hi);
+    const a = Math.floor(lo / step + 1e-9) * step;
+    let b = Math.ceil(hi / step - 1e-9) * step;
+    if (b <= a) b = a + step;
+    return [+a.toPrecision(12), +b.toPrecision(12)];
+  }
+  const linSplits = (lo, hi) => {
+    const step = linStep(lo, hi);
+    const out = [];
+    for (let k = Math.ceil(lo / step - 1e-9); k * step <= hi + 1e-9 * step; k++) out.push(+(k * step).toPrecision(12));
+    return out;
+  };
+
+  // A colour darker by `f` (0..1): a dashed series that shares its colour with a solid one.
+  const darker = (hex, f) => "#" + [1, 3, 5].map((i) =>
+    Math.round(parseInt(hex.slice(i, i + 2), 16) * (1 - f)).toString(16).padStart(2, "0")).join("");
+  DL.darker = darker;
+
+  const registry = new Map();
 
   DL.charts = {
     palette: (i) => PALETTE[i % PALETTE.length],
+    // Every chart on the page by its element id: what it holds and what it drew (tests read this).
+    all: () => Object.fromEntries([...registry].map(([k, c]) => [k, c.state()])),
     make(el, spec) {
       let plot = null;
-      let data = null;
+      let raw = { xs: [], ys: spec.series.map(() => []) };
+      let ticks = { x: [], y: [] };
+      let draws = 0;
+      let error = null;
       const height = spec.height || 200;
+      const bars = spec.series.some((s) => s.bars);
+      const colors = spec.series.map((s) => s.color);
       const width = () => Math.max(240, el.clientWidth || 320);
-      const clean = (ys) => (spec.yLog ? ys.map((v) => (v != null && v > 0 && isFinite(v) ? v : null)) : ys);
+      const toPlot = (ys) => (spec.yLog
+        ? ys.map((s) => s.map((v) => (v != null && v > 0 && isFinite(v) ? Math.log10(v) : null)))
+        : ys.map((s) => s.map((v) => (v != null && isFinite(v) ? v : null))));
+
+      el.classList.add("chart-box");
+      el.setAttribute("role", "img");
+      el.tabIndex = 0;
+      const title = DL.h("div", { class: "chart-ylab" });
+      const canvasBox = DL.h("div", { class: "chart-canvas" });
+      const legend = DL.h("div", { class: "chart-legend" });
+      const tip = DL.h("div", { class: "chart-tip", role: "status" });
+      const errBox = DL.h("div", { class: "chart-error", role: "alert" });
+      el.textContent = "";
+      el.append(title, canvasBox, tip, errBox);
+      if (spec.legend !== false) el.append(legend);
+
+      function fail(e) {
+        error = String((e && e.message) || e);
+        errBox.textContent = DL.t("err.chart") + ": " + error;
+        errBox.style.display = "block";
+        if (DL.showError) DL.showError(e);
+        else throw e;
+      }
+
+      const describeValue = (v) => (v === 0 && spec.yLog ? "0 (" + DL.t("chart.underflow") + ")" : DL.fmt(v, 5));
+      function hoverText(i) {
+        const x = raw.xs[i];
+        return spec.series.map((s, k) => {
+          const v = raw.ys[k][i];
+          if (v === undefined) return "";
+          if (spec.hover) return spec.hover(x, v, k, describeValue(v));
+          const lab = typeof s.label === "function" ? s.label() : s.label;
+          return (spec.xName ? spec.xName() : spec.xLabel()) + " " + DL.fmt(x, 4) + ": " + lab + " = " + describeValue(v);
+        }).filter(Boolean).join("\n");
+      }
+      function summary() {
+        const name = spec.title ? spec.title() : spec.yLabel();
+        if (!raw.xs.length) return name;
+        if (spec.describe) return name + ". " + spec.describe(raw.xs, raw.ys);
+        const parts = spec.series.map((s, k) => {
+          const lab = typeof s.label === "function" ? s.label() : s.label;
+          const ys = raw.ys[k];
+          return lab + ": " + spec.xLabel() + " " + DL.fmt(raw.xs[0]) + " → " + describeValue(ys[0]) + ", " +
+            DL.fmt(raw.xs[raw.xs.length - 1]) + " → " + describeValue(ys[ys.length - 1]);
+        });
+        return name + ". " + parts.join("; ");
+      }
 
       function opts() {
         const series = [{ label: spec.xName ? spec.xName() : "x" }].concat(
@@ -55,47 +215,68 @@
               o.paths = uPlot.paths.bars({ size: [0.75, 40] });
               o.fill = s.color + "cc";
               o.points = { show: false };
-              if (spec.yLog) o.fillTo = (u) => u.scales.y.min;
+              o.fillTo = (u) => (spec.yLog ? u.scales.y.min : 0);
             }
             return o;
           })
         );
         const scales = { x: { time: false }, y: {} };
-        if (spec.yLog) scales.y = { distr: 3, log: 10 };
-        if (spec.yRange) scales.y.range = spec.yRange;
+        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1));
+        else if (spec.yRange) scales.y.range = spec.yRange;
+        else scales.y.range = (u) => linRange(u.data.slice(1));
         if (spec.xRange) scales.x.range = spec.xRange;
-        const axis = (label) => ({ label: label(), labelSize: 18, size: 44, font: "12px sans-serif",
-                                   labelFont: "12px sans-serif", stroke: "#333", values: (u, vs) => vs.map(tick),
-                                   grid: { stroke: "#0000001a" }, ticks: { stroke: "#0000002a" } });
-        const yAxis = axis(spec.yLabel);
-        yAxis.size = 56;
+        else if (bars) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
+        const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
+                              grid: { stroke: "#0000001a" }, ticks: { stroke: "#0000002a" } });
+        const xAxis = Object.assign(axis(), { label: spec.xLabel(), labelSize: 18, size: 40 });
+        xAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
+        if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+        const yAxis = Object.assign(axis(), { size: 64 });
         if (spec.yLog) {
-          // Only powers of ten, and at most ~6 of them labelled: log grids get dense.
-          const pow10 = (v) => v > 0 && Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
-          // Within two decades uPlot ticks 1, 2, 3, ... 9: keep the 1-2-5 ones so labels don't crowd.
-          const mantissa125 = (v) => v > 0 && [1, 2, 5].some(
-            (m) => Math.abs(v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9)) - m) < 1e-6);
-          const keep = (u, splits) => {
-            const n = splits.filter(pow10).length;
-            if (n < 3) return splits.map((v) => (mantissa125(v) ? v : null));
-            const step = Math.max(1, Math.ceil(n / 6));
-            return splits.map((v) => (pow10(v) && Math.round(Math.log10(v)) % step === 0 ? v : null));
-          };
-          yAxis.filter = keep;
-          yAxis.grid.filter = keep;
-          yAxis.ticks.filter = keep;
+          yAxis.splits = (u, i, lo, hi) => logSplits(lo, hi);
+          yAxis.values = (u, vs) => { const l = vs.map(logLabel); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
+        } else {
+          if (!spec.yRange) yAxis.splits = (u, i, lo, hi) => linSplits(lo, hi);
+          yAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };
         }
         return {
-          width: width(), height, series, scales, legend: { show: spec.legend !== false, live: false },
-          cursor: { show: false }, axes: [axis(spec.xLabel), yAxis],
-          padding: [8, 12, 0, 0],
+          width: width(), height, series, scales, legend: { show: false },
+          cursor: { drag: { x: false, y: false, setScale: false }, points: { size: 8 } },
+          axes: [xAxis, yAxis],
+          padding: [10, 14, 0, 0],
           hooks: {
+            setCursor: [(u) => {
+              const i = u.cursor.idx;
+              if (i == null || u.cursor.left < 0) { tip.style.display = "none"; return; }
+              tip.textContent = hoverText(i);
+              tip.style.display = "block";
+              const o = u.over.getBoundingClientRect();
+              const b = el.getBoundingClientRect();
+              const left = u.cursor.left + o.left - b.left;
+              tip.style.left = Math.max(0, Math.min(left + 12, b.width - tip.offsetWidth - 4)) + "px";
+              tip.style.top = Math.max(0, (u.cursor.top || 0) + o.top - b.top - tip.offsetHeight - 8) + "px";
+            }],
             draw: [(u) => {
+              const ctx = u.ctx;
+              if (spec.yLog) { // an exact zero has no exponent: a marker on the axis floor
+                raw.ys.forEach((ys, k) => ys.forEach((v, i) => {
+                  if (v !== 0) return;
+                  const cx = u.valToPos(raw.xs[i], "x", true);
+                  const cy = u.bbox.top + u.bbox.height;
+                  ctx.save();
+                  ctx.fillStyle = colors[k];
+                  ctx.beginPath();
+                  ctx.moveTo(cx - 5, cy - 9);
+                  ctx.lineTo(cx + 5, cy - 9);
+                  ctx.lineTo(cx, cy);
+                  ctx.fill();
+                  ctx.restore();
+                }));
+              }
               if (spec.marker) {
                 const x = spec.marker();
                 if (x != null) {
                   const cx = u.valToPos(x, "x", true);
-                  const ctx = u.ctx;
                   ctx.save();
                   ctx.strokeStyle = "#333";
                   ctx.setLineDash([3, 3]);
@@ -106,17 +287,58 @@
                   ctx.restore();
                 }
               }
+              draws++;
               if (spec.onDraw) spec.onDraw();
             }],
           },
         };
       }
+
+      function drawLegend() {
+        legend.textContent = "";
+        spec.series.forEach((s) => {
+          const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+          svg.setAttribute("width", "28");
+          svg.setAttribute("height", "10");
+          svg.setAttribute("aria-hidden", "true");
+          const line = document.createElementNS("http://www.w3.org/2000/svg", "line");
+          Object.entries({ x1: 1, y1: 5, x2: 27, y2: 5, stroke: s.color, "stroke-width": 2.5 })
+            .forEach(([k, v]) => line.setAttribute(k, v));
+          if (s.dash) line.setAttribute("stroke-dasharray", "6 4");
+          svg.append(line);
+          legend.append(DL.h("span", { class: "chart-key" }, svg, typeof s.label === "function" ? s.label() : s.label));
+        });
+      }
+
+      function paint() {
+        el.setAttribute("aria-label", summary());
+        if (!plot) return;
+        plot.setData([raw.xs, ...toPlot(raw.ys)]);
+      }
       function build() {
-        if (plot) plot.destroy();
-        el.textContent = "";
-        plot = new uPlot(opts(), data || [[], ...spec.series.map(() => [])], el);
+        try {
+          if (plot) plot.destroy();
+          plot = null;
+          canvasBox.textContent = "";
+          title.textContent = spec.yLabel();
+          drawLegend();
+          plot = new uPlot(opts(), [raw.xs, ...toPlot(raw.ys)], canvasBox);
+          el.setAttribute("aria-label", summary());
+        } catch (e) {
+          fail(e);
+        }
       }
       build();
+      el.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+      // The keyboard reads values too: focus a chart, then ← and → step through its points.
+      let key = -1;
+      el.addEventListener("keydown", (e) => {
+        if (!plot || !raw.xs.length || (e.key !== "ArrowLeft" && e.key !== "ArrowRight")) return;
+        e.preventDefault();
+        key = Math.max(0, Math.min(raw.xs.length - 1, key + (e.key === "ArrowRight" ? 1 : -1)));
+        const y = plot.data[1][key];
+        plot.setCursor({ left: plot.valToPos(raw.xs[key], "x"), top: y == null ? 0 : plot.valToPos(y, "y") });
+      });
       if (window.ResizeObserver) {
         let last = el.clientWidth;
         new ResizeObserver(() => {
@@ -126,13 +348,28 @@
           }
         }).observe(el);
       }
-      return {
+      const api = {
         update(xs, ys) {
-          data = [xs, ...ys.map(clean)];
-          plot.setData(data);
+          raw = { xs, ys };
+          error = null;
+          errBox.style.display = "none";
+          try {
+            paint();
+          } catch (e) {
+            fail(e);
+          }
         },
         relabel: build,
+        state: () => ({
+          xs: raw.xs, ys: raw.ys, draws, error, log: !!spec.yLog,
+          xTicks: ticks.x, yTicks: ticks.y,
+          yScale: plot ? [plot.scales.y.min, plot.scales.y.max] : null,
+          xScale: plot ? [plot.scales.x.min, plot.scales.x.max] : null,
+          label: el.getAttribute("aria-label"),
+        }),
       };
+      if (el.id) registry.set(el.id, api);
+      return api;
     },
   };
 })();

@@ -32,12 +32,22 @@
 
   // ---- 2. the cumulative data flow ----------------------------------------------------
   const STAGE_ZH = {
-    tokens: "token", embedding: "词嵌入", "attention scores": "注意力分数",
+    tokens: "token", embedding: "词嵌入", "q_proj (query)": "q_proj(查询)", "q_proj (query | gate)": "q_proj(查询 | 门)", "attention scores": "注意力分数",
     "attention output (o_proj in)": "注意力输出(o_proj 输入)", "attention write": "注意力写回",
     "ffn hidden": "FFN 中间层", "ffn write": "FFN 写回", logits: "logits", add: "+ 残差相加",
     "final norm": "最终归一化",
   };
   const stageName = (s) => (DL.lang() === "zh" && STAGE_ZH[s]) || (s === "add" ? "+ residual add" : s);
+
+  // A model in one line, from its config (the same in both languages, nothing cut short).
+  function describeModel(a) {
+    const m = a.model;
+    const preset = a.source.startsWith("preset ");
+    const hidden = (a.shapes.find((x) => x.stage === "ffn hidden") || { shape: [0, m.d_ff] }).shape[1];
+    return DL.t(preset ? "flow.src.preset" : "flow.src.config", { name: a.name }) + DL.t("b.d.colon") +
+      DL.t("flow.src.facts", { L: m.n_layers, d: int(m.d_model), h: m.n_heads, kv: m.n_kv_heads || m.n_heads,
+                               norm: m.norm, place: m.placement, ffn: m.ffn, pos: m.position, ff: int(hidden) });
+  }
 
   DL.figures.dataflow = function (source, showError) {
     const select = $("flow-model");
@@ -70,16 +80,15 @@
       el.textContent = "";
       const a = anatomy;
       let params = int(st.params);
-      if (st.perLayer) params += " × " + st.L + " " + (DL.lang() === "zh" ? "层" : "layers") + " = " + int(st.params * st.L);
-      if (st.tied) params = DL.lang() === "zh" ? "与词嵌入共享" : "shared with the embedding";
+      if (st.perLayer) params += " × " + st.L + " " + DL.t("flow.layers") + " = " + int(st.params * st.L);
+      if (st.tied) params = DL.t("flow.tied");
       el.append(
         h("div", { class: "kv" }, h("b", {}, stageName(st.id)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
           " (T = " + a.tokens + ")"),
-        h("div", { class: "kv" }, DL.t("flow.params") + ": " + params + (st.perLayer ? (DL.lang() === "zh" ? "(本组件每层)" : " (this component, per layer)") : "")),
+        h("div", { class: "kv" }, DL.t("flow.params") + ": " + params + (st.perLayer ? DL.t("flow.perlayer") : "")),
         h("div", { class: "kv muted" }, DL.t("flow.total") + " " + int(a.total_params) + " · FFN " +
-          fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes +
-          (DL.lang() === "zh" ? " 次写入残差流" : " writes into the stream")),
-        h("div", { class: "kv muted small" }, a.source));
+          fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes + " " + DL.t("flow.writes")),
+        h("div", { class: "kv muted small" }, describeModel(a)));
     }
 
     function render() {
@@ -96,7 +105,7 @@
         if (st.perLayer || st.id === "add") {
           if (!block) {
             block = h("div", { class: "flow-block" }, h("span", { class: "flow-block-h" },
-              "× " + anatomy.model.n_layers + (DL.lang() === "zh" ? " 层" : " blocks")));
+              "× " + anatomy.model.n_layers + " " + DL.t("flow.blocks")));
             box.append(block);
           }
           block.append(btn);
@@ -122,8 +131,8 @@
 
     source.anatomyConfigs().then((names) => {
       const first = ["course", "lesson-anchor"];
-      const all = first.concat(names.presets.filter((n) => !first.includes(n) && n !== "tiny"),
-                               names.configs.filter((n) => !first.includes(n)));
+      // a config that shares a preset's name (gpt2) is reached as the preset: list each name once
+      const all = [...new Set(first.concat(names.presets.filter((n) => n !== "tiny"), names.configs))];
       select.textContent = "";
       all.forEach((n) => select.append(h("option", { value: n }, n)));
       select.value = DL.state.get().flow;
@@ -167,7 +176,7 @@
         " · " + DL.t("f.plain") + " = ", h("b", { class: "red" }, fmt(r.plain_output))));
       const shown = rows.length > 12 ? rows.slice(0, 6).concat([["…", "", "", ""]], rows.slice(-5)) : rows;
       out.append(table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown));
-      $("paths-jacobian").textContent = DL.t("f.jac") + "  N = " + r.depth + ": " + fmt(r.jacobian) + " vs " + fmt(r.plain_jacobian) + ".";
+      $("paths-jacobian").textContent = DL.t("f.jac") + "  N = " + r.depth + ": " + fmt(r.jacobian) + " " + DL.t("f.vs") + " " + fmt(r.plain_jacobian) + DL.t("f.end");
     }
 
     return {
@@ -185,7 +194,8 @@
   DL.figures.growth = function (source, showError) {
     const t = (k) => () => DL.t(k);
     const chart = DL.charts.make($("c-growth"), {
-      xLabel: t("g.ax.k"), yLabel: t("g.ax.rms"), height: 220,
+      xLabel: t("g.ax.k"), yLabel: t("g.ax.rms"), height: 220, xInt: true,
+      hover: (x, v, k, vs) => DL.t("hover.growth", { x, v: vs, row: DL.t(k === 0 ? "g.measured" : "g.theory") }),
       series: [{ label: t("g.measured"), color: DL.COLORS.accent }, { label: t("g.theory"), color: DL.COLORS.theory, dash: true }],
     });
     let r = null;
@@ -194,6 +204,7 @@
       chart.update(r.measured_rms.map((_, i) => i), [r.measured_rms, r.expected]);
       $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + ": " + DL.t("g.measured") + " " +
         fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]);
+      $("reading-growth").textContent = DL.t("read.growth", { k, m: fmt(r.measured_rms[k]), e: fmt(r.expected[k]) });
     }
     source.growth({ writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
     return { update() {}, relabel: () => { chart.relabel(); if (r) draw(); } };
@@ -208,6 +219,9 @@
     return el;
   }
 
+  // The block as SVG, plus its data path: one step per thing the stream goes through, in
+  // order (read, norm, transform, scale, add, and a norm after the add for Post-Norm), each
+  // step tagging the SVG parts it lights up when the path is animated.
   function blockSvg(b) {
     const SX = 70; // the stream's x
     const CX = 250; // the sublayer column's centre
@@ -216,38 +230,46 @@
     const GAP = 14;
     const normName = b.norm === "layernorm" ? "LayerNorm" : b.norm === "rmsnorm_zero_centered" ? "RMSNorm (1+w)" : "RMSNorm";
     const items = []; // [kind, y (upward), ...]
+    const steps = []; // {kind, sub}
+    const step = (kind, sub) => steps.push({ kind, sub }) - 1;
     let y = 20;
     items.push(["label", y, "x_l  [T × " + b.d_model + "]"]);
     y += 24;
     for (const sub of ["attn", "ffn"]) {
       const start = y;
       const boxes = [];
-      if (b.slots.includes("in")) boxes.push(["norm", normName]);
-      boxes.push(["sub", sub === "attn" ? DL.t("b.attn") + (b.attn_gate ? " + gate" : "") + (b.qk_norm ? ", QK-norm" : "")
-                              : DL.t("b.ffn") + " (" + b.ffn + ", " + b.ffn_hidden + ")"]);
-      if (b.slots.includes("out")) boxes.push(["norm", normName]);
+      const read = step("read", sub);
+      if (b.slots.includes("in")) boxes.push(["norm", normName, step("norm", sub)]);
+      boxes.push(["sub", sub === "attn" ? DL.t("b.attn") + (b.attn_gate ? " + " + DL.t("b.gate") : "") + (b.qk_norm ? ", QK-norm" : "")
+                              : DL.t("b.ffn") + " (" + b.ffn + ", " + b.ffn_hidden + ")", step("transform", sub)]);
+      const gated = sub === "attn" && b.attn_gate;
+      if (gated) boxes.push(["scale", "× σ(" + DL.t("b.gate") + ")", step("scale", sub)]);
+      if (b.slots.includes("out")) boxes.push(["norm", normName, step("norm", sub)]);
+      const scaled = b.write_scale !== 1 ? step("scale", sub) : null;
       let by = start + 16;
-      for (const [kind, text] of boxes) {
-        items.push(["box", by, kind, text]);
+      for (const [kind, text, at] of boxes) {
+        items.push(["box", by, kind, text, at]);
         by += BH + GAP;
       }
       y = by + 4;
-      items.push(["branch", start, by - GAP, y]);
-      items.push(["add", y, b.write_scale !== 1 ? "× " + fmt(b.write_scale) : ""]);
+      const add = step("add", sub);
+      items.push(["branch", start, by - GAP, y, read, add]);
+      items.push(["add", y, scaled != null ? "× " + fmt(b.write_scale) : "", add, scaled]);
       y += 22;
       if (b.slots.includes("post")) {
-        items.push(["postnorm", y, normName]);
+        items.push(["postnorm", y, normName, step("norm", sub)]);
         y += BH + GAP;
       }
     }
-    if (b.final_norm) items.push(["note", y + 4, "… × " + b.n_layers + " → " + DL.t("b.final") + " → LM head"]);
-    else items.push(["note", y + 4, "… × " + b.n_layers + " → LM head"]);
+    const tail = "… × " + b.n_layers + " → " + (b.final_norm ? DL.t("b.final") + " → " : "") + DL.t("b.head");
+    items.push(["note", y + 4, tail]);
     y += 26;
     items.push(["label", y, "x_l+1"]);
     const H = y + 16;
-    const svg = s("svg", { viewBox: "0 0 420 " + H, class: "block-svg", role: "img" });
+    const svg = s("svg", { viewBox: "0 0 420 " + H, class: "block-svg", role: "img", "aria-label": DL.t("b.alt") });
     const Y = (v) => H - v;
     const residual = b.residual !== "none";
+    const at = (el, i) => { if (i != null) el.dataset.step = i; return el; };
     svg.append(s("line", { x1: SX, y1: Y(32), x2: SX, y2: Y(y - 14), class: residual ? "stream" : "stream broken" }));
     // named at its foot, right of the line: a rotated label along it would sit under norm boxes
     svg.append(s("text", { x: SX + 8, y: Y(30), class: "side" }, DL.t("b.stream")));
@@ -256,22 +278,23 @@
       if (kind === "label") svg.append(s("text", { x: SX - 30, y: Y(v) + 5, class: "lbl" }, it[2]));
       else if (kind === "note") svg.append(s("text", { x: SX + 18, y: Y(v) + 4, class: "small" }, it[2]));
       else if (kind === "box") {
-        svg.append(s("rect", { x: CX - BW / 2, y: Y(v + BH), width: BW, height: BH, rx: 5, class: it[2] === "norm" ? "b-norm" : "b-sub" }));
+        const cls = it[2] === "norm" ? "b-norm" : it[2] === "scale" ? "b-scale" : "b-sub";
+        svg.append(at(s("rect", { x: CX - BW / 2, y: Y(v + BH), width: BW, height: BH, rx: 5, class: cls }), it[4]));
         svg.append(s("text", { x: CX, y: Y(v + BH / 2) + 4, class: "ctr" }, it[3]));
       } else if (kind === "branch") {
-        const [, y0, y1, ya] = it;
-        svg.append(s("path", { d: `M${SX},${Y(y0)} H${CX} V${Y(y0 + 16)}`, class: "wire" }));
-        svg.append(s("path", { d: `M${CX},${Y(y1)} V${Y(ya)} H${SX + 9}`, class: "wire" }));
+        const [, y0, y1, ya, read, add] = it;
+        svg.append(at(s("path", { d: `M${SX},${Y(y0)} H${CX} V${Y(y0 + 16)}`, class: "wire" }), read));
+        svg.append(at(s("path", { d: `M${CX},${Y(y1)} V${Y(ya)} H${SX + 9}`, class: "wire" }), add));
       } else if (kind === "add") {
-        svg.append(s("circle", { cx: SX, cy: Y(v), r: 9, class: residual ? "b-add" : "b-add off" }));
+        svg.append(at(s("circle", { cx: SX, cy: Y(v), r: 9, class: residual ? "b-add" : "b-add off" }), it[3]));
         svg.append(s("text", { x: SX, y: Y(v) + 5, class: "ctr plus" }, "+"));
-        if (it[2]) svg.append(s("text", { x: SX + 14, y: Y(v) - 10, class: "small" }, it[2]));
+        if (it[2]) svg.append(at(s("text", { x: SX + 14, y: Y(v) - 10, class: "small" }, it[2]), it[4]));
       } else if (kind === "postnorm") {
-        svg.append(s("rect", { x: SX - 55, y: Y(v + BH), width: 110, height: BH, rx: 5, class: "b-norm" }));
+        svg.append(at(s("rect", { x: SX - 55, y: Y(v + BH), width: 110, height: BH, rx: 5, class: "b-norm" }), it[3]));
         svg.append(s("text", { x: SX, y: Y(v + BH / 2) + 4, class: "ctr" }, it[2]));
       }
     }
-    return svg;
+    return { svg, steps };
   }
 
   DL.figures.block = function (source, showError) {
@@ -284,21 +307,44 @@
       presetSel.value = DL.state.get().preset;
     }).catch(showError);
     presetSel.addEventListener("change", () => DL.state.set({ preset: presetSel.value, place: "" }));
+    // The data path, lit one step at a time (every 0.9 s; held still under reduced motion).
+    let path = [];
+    let timer = null;
+    let at = 0;
+    DL.blockPath = () => path.map((p) => ({ kind: p.kind, sub: p.sub }));
+    function show(box) {
+      box.querySelectorAll("[data-step]").forEach((e) => e.classList.toggle("on", +e.dataset.step === at));
+      const p = path[at];
+      $("block-step").textContent = p ? (at + 1) + "/" + path.length + " · " +
+        DL.t("b.step." + (p.kind === "add" && last.residual === "none" ? "write" : p.kind),
+             { sub: DL.t(p.sub === "attn" ? "b.attn" : "b.ffn") }) : "";
+    }
+    function animate(box) {
+      clearInterval(timer);
+      at = 0;
+      show(box);
+      if (window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches) return;
+      timer = setInterval(() => { at = (at + 1) % path.length; show(box); }, 900);
+    }
     placeSel.addEventListener("change", () => DL.state.set({ place: placeSel.value }));
 
     function draw(b) {
       last = b;
       const box = $("block-svg");
       box.textContent = "";
-      box.append(blockSvg(b));
+      const drawn = blockSvg(b);
+      box.append(drawn.svg);
+      path = drawn.steps;
+      animate(box);
       const slots = b.slots.length ? b.slots.join(" + ") : "—";
       const txt = $("block-text");
       txt.textContent = "";
+      const sep = DL.t("b.d.sep");
       txt.append(
-        h("div", {}, h("b", {}, b.preset), ": placement ", h("code", {}, b.placement), ", norm ", h("code", {}, b.norm),
-          ", slots ", h("code", { id: "block-slots" }, slots)),
-        h("div", {}, "residual ", h("code", {}, b.residual), ", " + b.n_layers + " × 2 = " + b.writes +
-          (DL.lang() === "zh" ? " 次写入" : " writes")),
+        h("div", {}, h("b", {}, b.preset), DL.t("b.d.colon") + DL.t("b.d.placement") + " ", h("code", {}, b.placement),
+          sep + DL.t("b.d.norm") + " ", h("code", {}, b.norm), sep + DL.t("b.d.slots") + " ", h("code", { id: "block-slots" }, slots)),
+        h("div", {}, DL.t("b.d.residual") + " ", h("code", {}, b.residual), sep + b.n_layers + " × 2 = " + b.writes + " " +
+          DL.t("b.d.writes")),
         b.residual === "none" ? h("div", { class: "red" }, DL.t("b.nores")) : "");
     }
     return {
@@ -332,7 +378,7 @@
       const cols = r.x.map((_, i) => i);
       const row = (name, vs) => [name].concat(cols.map((i) => fmt(vs[i], 4)));
       out.append(table(["", ...cols.map((i) => "x" + (i + 1))], [
-        row("x", r.x), row("x − mean", r.centred), row(DL.t("n.ln"), r.layernorm), row(DL.t("n.rn"), r.rmsnorm),
+        row("x", r.x), row("x − " + DL.t("n.mean"), r.centred), row(DL.t("n.ln"), r.layernorm), row(DL.t("n.rn"), r.rmsnorm),
       ], "num norms-table"));
       out.append(h("p", { class: "note" }, DL.t("n.same")));
     }
@@ -356,19 +402,18 @@
     let rows = null;
     function draw() {
       const zh = DL.lang() === "zh";
-      const head = [zh ? "零件" : "part"].concat(rows.map((r) => (zh ? r.generation_zh : r.generation) + " · " + r.name));
+      const head = [DL.t("e.part")].concat(rows.map((r) => (zh ? r.generation_zh : r.generation) + " · " + r.name));
       const line = (label, f) => [label].concat(rows.map(f));
       const normName = (r) => r.norm + (r.qk_norm ? " + QK-norm" : "");
       const body = [
         line("FFN", (r) => r.ffn + ", " + int(r.d_model) + " → " + int(r.d_ff) + " (" + fmt(r.ffn_multiple) + "d)"),
-        line(zh ? "FFN 参数占比" : "FFN share of parameters", (r) => fmt(100 * r.ffn_share) + "%"),
-        line(zh ? "残差写入次数" : "residual writes", (r) => r.n_layers + " × 2 = " + r.n_writes),
-        line(zh ? "写回投影初始化 std" : "output projection init std", (r) => fmt(r.residual_init_std)),
-        line(zh ? "归一化" : "norm", (r) => normName(r) + ", " + r.placement),
-        line(zh ? "门控" : "gating", (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") +
-          (r.attn_gate ? (zh ? " + 注意力输出门" : " + attention output gate") : "")),
+        line(DL.t("e.ffnshare"), (r) => fmt(100 * r.ffn_share) + "%"),
+        line(DL.t("e.writes"), (r) => r.n_layers + " × 2 = " + r.n_writes),
+        line(DL.t("e.initstd"), (r) => fmt(r.residual_init_std)),
+        line(DL.t("e.norm"), (r) => normName(r) + ", " + r.placement),
+        line(DL.t("e.gating"), (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") + (r.attn_gate ? " + " + DL.t("e.gate") : "")),
         line("q_proj", (r) => int(r.q_proj_in) + " → " + int(r.q_proj_width) + (r.attn_gate ? " = 2 × " + int(r.q_proj_width / 2) : "")),
-        line(zh ? "参数量" : "parameters", (r) => fmt(r.total_params)),
+        line(DL.t("e.params"), (r) => fmt(r.total_params)),
       ];
       const box = $("evolution-table");
       box.textContent = "";

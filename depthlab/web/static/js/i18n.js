@@ -25,6 +25,15 @@
     "flow.shape": ["shape", "形状"],
     "flow.tokens": ["tokens", "个 token"],
     "flow.total": ["total", "合计"],
+    "flow.layers": ["layers", "层"],
+    "flow.blocks": ["blocks", "层"],
+    "flow.tied": ["shared with the embedding", "与词嵌入共享"],
+    "flow.perlayer": [" (this component, per layer)", "(本组件每层)"],
+    "flow.writes": ["writes into the stream", "次写入残差流"],
+    "flow.src.preset": ["preset {name}", "预设 {name}"],
+    "flow.src.config": ["model config {name}", "模型配置 {name}"],
+    "flow.src.facts": ["{L} layers, d_model {d}, {h} query heads and {kv} key/value heads, norm {norm} ({place}), FFN {ff} wide ({ffn}), positions {pos}.",
+                       "{L} 层,d_model {d},{h} 个查询头、{kv} 个键/值头,归一化 {norm}({place}),FFN 宽 {ff}({ffn}),位置编码 {pos}。"],
     "flow.missing": ["The anatomy probe is not available in this build.", "这个版本里还没有结构分析探针。"],
 
     "sim.h": ["Design it yourself: can we just stack them?", "先自己设计:直接堆叠行不行?"],
@@ -44,7 +53,7 @@
     "sim.t.prenorm": ["pre-RMSNorm", "子层输入先 RMSNorm"],
     "sim.t.scale": ["write-back × 1/√N", "写回乘 1/√N"],
     "sim.note": ["Random weights at init gain g (weights ~ normal(0, g²/fan_in)), a fixed seed, float64: the same settings always give the same numbers; changing N or g draws a new set of weights. Nothing is trained.",
-                 "随机权重,初始化尺度 g(权重 ~ normal(0, g²/fan_in)),固定种子,float64:同样的设置永远给出同样的数;改 N 或 g 会重新生成整套权重。没有任何训练。"],
+                 "随机权重,初始化尺度 g(权重服从正态分布 N(0, g²/fan_in)),固定种子,float64:同样的设置永远给出同样的数;改 N 或 g 会重新生成整套权重。没有任何训练。"],
     "sim.row.plain": ["Plain stack x ← F(x)", "直接堆叠 x ← F(x)"],
     "sim.row.improved": ["Improved stack", "改进后的堆叠"],
     "sim.bottom.gradient": ["Bottom/top gradient ratio over g (N fixed)", "底层/顶层梯度之比随 g 的变化(N 固定)"],
@@ -91,6 +100,8 @@
     "f.jac": ["Per layer the Jacobian is I + ∂F/∂x = 1 + a; over N layers (1 + a)^N, against a^N without the identity.",
               "每层的雅可比是 I + ∂F/∂x = 1 + a;N 层相乘是 (1 + a)^N,没有 I 时只有 a^N。"],
     "f.paths": ["paths", "条路径"],
+    "f.vs": ["vs", "对"],
+    "f.end": [".", "。"],
 
     "g.h": ["Step 2: a new failure, the stream keeps growing", "第 2 步:新的失败——残差流越加越大"],
     "g.p": ["x_L = x₀ + Σ F_l: every sublayer adds to the same stream. If each write is independent with variance 1, variances add and the standard deviation after k writes is √(1 + k). Below, measured with random unit-variance writes.",
@@ -111,6 +122,23 @@
     "b.attn": ["attention", "注意力"],
     "b.ffn": ["FFN", "FFN"],
     "b.final": ["final norm", "最终归一化"],
+    "b.d.colon": [": ", ":"],
+    "b.d.sep": [", ", ","],
+    "b.d.placement": ["placement", "归一化位置"],
+    "b.d.norm": ["norm", "归一化"],
+    "b.d.slots": ["slots", "插槽"],
+    "b.d.residual": ["residual", "残差"],
+    "b.d.writes": ["writes", "次写入"],
+    "b.gate": ["gate", "门"],
+    "b.head": ["LM head", "LM 输出头"],
+    "b.alt": ["Block diagram: the residual stream runs up on the left; each sublayer reads it, transforms, and adds its output back.",
+              "块的结构图:残差流在左边自下而上;每个子层从流里读、变换、再把输出加回去。"],
+    "b.step.read": ["read: the {sub} sublayer takes a copy of the stream x", "读:{sub}子层从残差流取一份 x"],
+    "b.step.norm": ["norm: rescale it to RMS 1 (the norm's weights then scale each channel)", "归一化:把它缩放到 RMS 为 1(再由归一化的权重逐通道缩放)"],
+    "b.step.transform": ["transform: {sub} computes F(x)", "变换:{sub}计算 F(x)"],
+    "b.step.scale": ["scale: the output is multiplied before the add", "缩放:输出在相加之前先乘一个系数"],
+    "b.step.add": ["add: x ← x + F(x), the stream carries the sum up", "相加:x ← x + F(x),残差流带着和继续向上"],
+    "b.step.write": ["write: x ← F(x), no residual: the output replaces the stream", "写:x ← F(x),没有残差,输出直接取代残差流"],
     "b.nores": ["no residual: the add is gone", "无残差:加法被去掉"],
 
     "n.h": ["LayerNorm or RMSNorm? A calculator", "LayerNorm 还是 RMSNorm?计算器"],
@@ -129,6 +157,14 @@
     "e.h": ["The evolution of a block", "一个块的演进"],
     "e.p": ["Each generation was forced by a number of the previous one. The rows are computed from the presets and the model configs shipped with depthlab.",
             "每一代都被上一代的某个数字逼出来。表格由 depthlab 自带的预设和模型配置算出。"],
+    "e.part": ["part", "零件"],
+    "e.ffnshare": ["FFN share of parameters", "FFN 参数占比"],
+    "e.writes": ["residual writes", "残差写入次数"],
+    "e.initstd": ["output projection init std", "写回投影的初始化标准差"],
+    "e.norm": ["norm", "归一化"],
+    "e.gating": ["gating", "门控"],
+    "e.gate": ["attention output gate", "注意力输出门"],
+    "e.params": ["parameters", "参数量"],
     "e.missing": ["The evolution table needs the anatomy probe, which is not in this build.", "演进表需要结构分析探针,这个版本里还没有。"],
 
     "p.h": ["Project measurements: our own model without residuals", "项目实测:我们自己的模型去掉残差"],
@@ -163,14 +199,71 @@
     "foot.live": ["Live page served by depthlab", "由 depthlab 实时提供的页面"],
     "foot.static": ["Static copy exported by depthlab", "depthlab 导出的静态副本"],
     "foot.at": ["on", "导出于"],
+    "foot.grid": ["g step", "g 步长"],
     "err": ["Error", "错误"],
+    "err.chart": ["This chart could not be drawn", "这张图没能画出来"],
+    "chart.underflow": ["below the smallest float64, drawn as a marker on the axis floor", "小于 float64 能表示的最小值,画成坐标轴底部的标记"],
+
+    "hover.grad": ["sublayer {x}: its gradient is {v} × the top layer's", "第 {x} 个子层:梯度是顶层的 {v} 倍"],
+    "hover.rms": ["after {x} writes: stream RMS {v}", "写入 {x} 次后:残差流 RMS {v}"],
+    "hover.dist": ["after {x} attention sublayers: {v} of the starting distance from all-equal", "经过 {x} 个注意力子层:离「全部相同」的距离是起点的 {v}"],
+    "hover.ratio": ["g = {x}, {row}: bottom / top = {v}", "g = {x},{row}:底层 / 顶层 = {v}"],
+    "hover.cos": ["after {x} sublayers, {row}: mean cosine {v}", "经过 {x} 个子层,{row}:余弦平均 {v}"],
+    "hover.growth": ["after {x} writes: {row} {v}", "写入 {x} 次后:{row} {v}"],
+    "hover.project": ["{xname} {x}, {row}: {v}", "{xname} {x},{row}:{v}"],
+
+    "read.grad": ["At N = {n}, g = {g} the bottom sublayer of the plain stack receives {a} of the top's gradient; the improved stack's receives {b}.",
+                  "N = {n}、g = {g} 时,直接堆叠的最底层子层只收到顶层梯度的 {a};改进后的堆叠收到 {b}。"],
+    "read.dist": ["After N = {n} attention sublayers at g = {g} the plain stack's tokens keep {a} of their starting distance from all-equal; the improved stack keeps {b}.",
+                  "g = {g} 时经过 N = {n} 个注意力子层,直接堆叠的 token 离「全部相同」的距离只剩起点的 {a};改进后的堆叠剩 {b}。"],
+    "read.sweep": ["At N = {n}, moving g from 0.5 to 2.0 moves the plain bottom/top ratio across {a} orders of magnitude, the improved one across {b}.",
+                   "N = {n} 时,g 从 0.5 变到 2.0,直接堆叠的底/顶之比跨过 {a} 个数量级,改进后的跨过 {b} 个。"],
+    "read.cos": ["After {n} sublayers the mean cosine between tokens is {a} in the plain stack and {b} in the improved one (1 = all the same).",
+                 "经过 {n} 个子层,token 两两余弦的平均值:直接堆叠 {a},改进后 {b}(1 = 全部相同)。"],
+    "read.growth": ["After {k} unit-variance writes the stream RMS is {m}, against √(1 + {k}) = {e} for independent writes: the stream grows like the square root of the number of writes.",
+                    "{k} 次单位方差写入之后,残差流 RMS 为 {m},独立写入的理论值 √(1 + {k}) = {e}:残差流随写入次数的平方根增长。"],
+  };
+
+  // Words inside the project data (series labels, table headers and cells: export.json
+  // keeps them in English) and their Chinese. A label is translated part by part
+  // ("12 layers, no residual" → "12 层,无残差"); what is not here stays as it is.
+  const DATA_ZH = {
+    "unigram baseline": "一元基线", layers: "层数", residual: "有残差", "no residual": "无残差",
+    "residual (trained)": "有残差(训练后)", "final val loss": "最终验证损失",
+    "gap (none - residual)": "差距(无残差 − 有残差)", plain: "有残差", none: "无残差",
+    arm: "实验组", "first block": "第一块", "last block": "最后一块", "last / first": "最后 / 第一",
+    init: "初始化", ratio: "比值", diverged: "发散", yes: "是", no: "否", norm: "归一化",
+    "ms per step (median)": "每步毫秒数(中位数)", "attention on first token": "第一个 token 得到的注意力",
+    "uniform baseline H_T/T": "均匀基线 H_T/T", "no gate": "无门控", "sigmoid output gate": "sigmoid 输出门",
+    "at initialisation": "初始化时", "sqrt(1 + k): independent unit writes": "sqrt(1 + k):独立的单位方差写入",
+    warmup: "带 warmup", "no warmup": "不带 warmup", quick: "快速", micro: "微型", full: "完整",
+  };
+  const DATA_RULES = [
+    [/^(\d+) layers$/, "$1 层"], [/^init (.+)$/, "初始化 $1"], [/^final RMS, (\d+) layers$/, "最终 RMS,$1 层"],
+    [/^after training \(step (\d+)\)$/, "训练后(第 $1 步)"],
+  ];
+  function dataZh(s) {
+    if (s in DATA_ZH) return DATA_ZH[s];
+    for (const [re, to] of DATA_RULES) if (re.test(s)) return s.replace(re, to);
+    return null;
+  }
+  const COLUMN_ZH = { residual: "残差" }; // as a table header, not a cell's value
+  DL.trData = (s, column) => {
+    if (lang !== "zh" || typeof s !== "string") return s;
+    if (column && s in COLUMN_ZH) return COLUMN_ZH[s];
+    const whole = dataZh(s);
+    if (whole != null) return whole;
+    const parts = s.split(", ");
+    return parts.length > 1 ? parts.map((p) => dataZh(p) || p).join(",") : s;
   };
 
   let lang = "en";
-  DL.t = (key) => {
+  // DL.t("read.grad", {n: 40, ...}) fills {n} and the other named holes.
+  DL.t = (key, vars) => {
     const s = S[key];
     if (!s) return key;
-    return s[lang === "zh" ? 1 : 0];
+    const out = s[lang === "zh" ? 1 : 0];
+    return vars ? out.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m)) : out;
   };
   // {en, zh} objects from export.json and the API.
   DL.tr = (obj) => (obj == null ? "" : typeof obj === "string" ? obj : obj[lang] || obj.en || "");

@@ -8,25 +8,27 @@
   const source = DL.makeSource();
   DL.source = source;
   DL.errors = [];
+  // Every error is shown on the page (a banner under the header), never only logged.
   const showError = (e) => {
-    DL.errors.push(String(e && e.message));
-    if (window.console) console.warn("depthlab:", e && e.message); // eslint-disable-line no-console
+    const msg = String((e && e.message) || e);
+    DL.errors.push(msg);
+    const box = $("page-errors");
+    box.textContent = DL.t("err") + ": " + DL.errors.slice(-3).join(" · ");
+    box.style.display = "block";
+    if (window.console) console.warn("depthlab:", msg); // eslint-disable-line no-console
   };
+  DL.showError = showError;
+  window.addEventListener("error", (e) => showError(e.error || e.message));
+  window.addEventListener("unhandledrejection", (e) => showError(e.reason));
 
   let st = DL.state.get();
   DL.setLang(st.lang);
   $("lang").textContent = DL.t("lang.switch");
 
   const sim = DL.figures.simulator(source, showError);
-  const figures = {
-    dataflow: DL.figures.dataflow(source, showError),
-    formula: DL.figures.formula(source, showError),
-    growth: DL.figures.growth(source, showError),
-    block: DL.figures.block(source, showError),
-    norms: DL.figures.norms(source, showError),
-    evolution: DL.figures.evolution(source, showError),
-    project: DL.figures.project(source, showError),
-  };
+  // Built one per task after the simulator (below): one long start-up task would freeze the page.
+  const figures = {};
+  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project"];
   // Which figures a changed state key concerns.
   const ROUTES = {
     mode: ["sim"], n: ["sim"], g: ["sim"], res: ["sim"], pre: ["sim"], wb: ["sim"],
@@ -85,7 +87,7 @@
       f.textContent = "";
       const what = DL.t(m.mode === "static" ? "foot.static" : "foot.live");
       f.append(what + " " + m.version + (m.exported_at ? " · " + DL.t("foot.at") + " " + m.exported_at : "") +
-        (m.mode === "static" ? " · N ∈ {" + m.grid.n.join(", ") + "}, g step " + m.grid.g_step : ""));
+        (m.mode === "static" ? " · N ∈ {" + m.grid.n.join(", ") + "}, " + DL.t("foot.grid") + " " + m.grid.g_step : ""));
       if (m.mode === "static") $("sim-note").textContent = DL.t("sim.note") + " " + DL.t("sim.static") + ".";
     }).catch(showError);
   }
@@ -95,5 +97,14 @@
   st = DL.state.get();
   DL.state.set({}); // normalises the URL, then routes nothing (empty patch)
   route(st, st);
-  DL.ready = true;
+  DL.bootAt = performance.now(); // the end of the start-up task: from here on the page is interactive
+  (async () => {
+    for (const name of LATER) {
+      await new Promise((r) => setTimeout(r, 0));
+      figures[name] = DL.figures[name](source, showError);
+      figures[name].update(DL.state.get());
+    }
+    DL.ready = true;
+    DL.readyAt = Math.round(performance.now());
+  })();
 })();

@@ -8,6 +8,14 @@
   DL.figures = DL.figures || {};
   const $ = (id) => document.getElementById(id);
 
+  // A series that shares its colour with an earlier one (4 and 12 layers of one arm: solid
+  // and dashed) is drawn darker, so lines and legend keys differ in colour as well as dash.
+  function colorOf(series, i) {
+    const base = series[i].color || DL.charts.palette(i);
+    const before = series.slice(0, i).filter((s, j) => (s.color || DL.charts.palette(j)) === base).length;
+    return before ? DL.darker(base, Math.min(0.6, 0.35 * before)) : base;
+  }
+
   DL.figures.project = function (source, showError) {
     const body = $("project-body");
     let list = [];
@@ -17,7 +25,7 @@
 
     function chartsOf(name, data, box) {
       for (const c of data.charts || []) {
-        const el = DL.h("div", { class: "chart", data: { chart: c.id } });
+        const el = DL.h("div", { class: "chart", id: "pc-" + name + "-" + c.id, data: { chart: c.id } });
         const card = DL.h("figure", { class: "pchart" }, DL.h("figcaption", {}, DL.tr(c.title)), el);
         box.append(card);
         // Series may have different x: merge onto one sorted x axis (uPlot's data model).
@@ -27,9 +35,11 @@
           return xs.map((x) => (m.has(x) ? m.get(x) : null));
         });
         const chart = DL.charts.make(el, {
-          xLabel: () => DL.tr(c.x_label), yLabel: () => DL.tr(c.y_label), yLog: !!c.y_log, height: 220,
-          series: c.series.map((s, i) => ({ label: s.label, color: s.color || DL.charts.palette(i), dash: !!s.dash,
-                                            width: 1.5, points: s.x.length < 40 })),
+          title: () => DL.tr(c.title), xLabel: () => DL.tr(c.x_label), yLabel: () => DL.tr(c.y_label), yLog: !!c.y_log, height: 220,
+          hover: (x, v, k, vs) => DL.t("hover.project", { xname: DL.tr(c.x_label), x: DL.fmt(x, 4), v: vs,
+                                                          row: DL.trData(c.series[k].label) }),
+          series: c.series.map((s, i) => ({ label: () => DL.trData(s.label), color: colorOf(c.series, i),
+                                            dash: !!s.dash, width: 1.5, points: s.x.length < 40 })),
         });
         chart.update(xs, ys);
         charts.push({ chart, xs, ys });
@@ -40,7 +50,7 @@
       const sec = DL.h("div", { class: "experiment", id: "exp-" + item.name });
       const data = exports[item.name];
       const q = (data && data.question) || item.question;
-      sec.append(DL.h("h3", {}, item.name + (q && DL.tr(q) ? ": " + DL.tr(q) : "")));
+      sec.append(DL.h("h3", {}, DL.h("code", {}, item.name), q && DL.tr(q) ? ": " + DL.tr(q) : ""));
       if (!data) {
         sec.append(DL.h("p", {}, DL.t(source.kind === "static" ? "p.static" : "p.nodata")));
         if (source.kind !== "static") {
@@ -52,15 +62,15 @@
         return sec;
       }
       sec.append(DL.h("p", { class: "meta" }, DL.t("p.exported") + " " + data.exported_at + " · " + DL.t("p.budget") + " " +
-        data.budget + " · depthlab " + data.depthlab_version + " · ", DL.h("code", {}, data.command)));
+        DL.trData(data.budget) + " · depthlab " + data.depthlab_version + " · ", DL.h("code", {}, data.command)));
       const grid = DL.h("div", { class: "pcharts" });
       sec.append(grid);
       chartsOf(item.name, data, grid);
       if (data.table && data.table.rows && data.table.rows.length) {
         const t = DL.h("table", { class: "num" },
-          DL.h("thead", {}, DL.h("tr", {}, data.table.columns.map((c) => DL.h("th", {}, c)))),
+          DL.h("thead", {}, DL.h("tr", {}, data.table.columns.map((c) => DL.h("th", {}, DL.trData(c, true))))),
           DL.h("tbody", {}, data.table.rows.map((r) => DL.h("tr", {}, r.map((v) =>
-            DL.h("td", {}, typeof v === "number" ? DL.fmt(v, 4) : v))))));
+            DL.h("td", {}, typeof v === "number" ? DL.fmt(v, 4) : DL.trData(v)))))));
         sec.append(DL.h("div", { class: "table-wrap" }, t));
       }
       if (data.conclusions && data.conclusions.length) {
@@ -81,7 +91,7 @@
       if (rest.length) {
         body.append(DL.h("h3", {}, DL.t("p.others")));
         body.append(DL.h("ul", { class: "others" }, rest.map((i) => DL.h("li", { id: "exp-" + i.name },
-          DL.h("b", {}, i.name), i.question ? ": " + DL.tr(i.question) : "", " ",
+          DL.h("code", {}, i.name), i.question ? ": " + DL.tr(i.question) : "", " ",
           source.kind === "static" ? "" : DL.h("code", {}, i.command)))));
       }
     }

@@ -12,29 +12,36 @@
   const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
   const t = (k) => () => DL.t(k);
 
+  // Hover read-outs: the value under the cursor and what it means.
+  const say = (key) => (x, v, k, vs) => DL.t(key, { x: DL.fmt(x, 4), v: vs });
+  const sayRow = (key) => (x, v, k, vs) =>
+    DL.t(key, { x: DL.fmt(x, 4), v: vs, row: DL.t(k === 0 ? "sim.row.plain" : "sim.row.improved") });
+
   function specs(mode, marker) {
     const C = DL.COLORS;
-    const rms = (color) => ({ xLabel: t("sim.ax.write"), yLabel: t("sim.ax.rms"), height: 170,
-                              legend: false, series: [{ label: "RMS", color }] });
+    const rms = (color) => ({ xLabel: t("sim.ax.write"), yLabel: t("sim.ax.rms"), height: 170, xInt: true,
+                              legend: false, hover: say("hover.rms"), series: [{ label: "RMS", color }] });
+    const rows = [{ label: t("sim.row.plain"), color: C.plain, points: true },
+                  { label: t("sim.row.improved"), color: C.improved, points: true }];
     if (mode === "gradient") {
-      const layers = (color) => ({ xLabel: t("sim.ax.layer"), yLabel: t("sim.ax.grad"), yLog: true,
-                                   height: 170, legend: false, series: [{ label: "grad", color, bars: true }] });
+      const layers = (color) => ({ xLabel: t("sim.ax.layer"), yLabel: t("sim.ax.grad"), yLog: true, xInt: true,
+                                   height: 170, legend: false, hover: say("hover.grad"),
+                                   series: [{ label: t("sim.ax.grad"), color, bars: true }] });
       return {
         plainLayers: layers(C.plain), improvedLayers: layers(C.improved),
         plainRms: rms(C.plain), improvedRms: rms(C.improved),
         bottom: { xLabel: t("sim.ax.g"), yLabel: t("sim.ax.ratio"), yLog: true, height: 210, marker,
-                  series: [{ label: t("sim.row.plain"), color: C.plain, points: true },
-                           { label: t("sim.row.improved"), color: C.improved, points: true }] },
+                  hover: sayRow("hover.ratio"), series: rows },
       };
     }
-    const dist = (color) => ({ xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.dist"), yLog: true, height: 170,
-                               legend: false, series: [{ label: "distance", color, points: true }] });
+    const dist = (color) => ({ xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.dist"), yLog: true, height: 170, xInt: true,
+                               legend: false, hover: say("hover.dist"),
+                               series: [{ label: t("sim.ax.dist"), color, points: true }] });
     return {
       plainLayers: dist(C.plain), improvedLayers: dist(C.improved),
       plainRms: rms(C.plain), improvedRms: rms(C.improved),
-      bottom: { xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.cos"), height: 210, yRange: [-0.2, 1.05],
-                series: [{ label: t("sim.row.plain"), color: C.plain, points: true },
-                         { label: t("sim.row.improved"), color: C.improved, points: true }] },
+      bottom: { xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.cos"), height: 210, yRange: [-0.2, 1.05], xInt: true,
+                hover: sayRow("hover.cos"), series: rows },
     };
   }
 
@@ -94,7 +101,13 @@
       if (r.mode === "collapse") {
         charts.bottom.update(range(0, n), [r.plain.mean_cosine, r.improved.mean_cosine]);
         $("ro-bottom").textContent = "";
+        $("reading-bottom").textContent = DL.t("read.cos", { n, a: DL.fmt(r.plain.mean_cosine[n]),
+                                                             b: DL.fmt(r.improved.mean_cosine[n]) });
       }
+      $("reading-sim").textContent = r.mode === "gradient"
+        ? DL.t("read.grad", { n, g: r.g.toFixed(2), a: DL.pow10(r.plain.ratio), b: DL.pow10(r.improved.ratio) })
+        : DL.t("read.dist", { n, g: r.g.toFixed(2), a: DL.pow10(r.plain.rel_distance[n]),
+                              b: DL.pow10(r.improved.rel_distance[n]) });
       const fresh = current && r.n === current.n && r.g === current.g;
       status.textContent = fresh ? "" : DL.t("sim.busy");
       if (fresh && DL.perf.t0 != null) {
@@ -108,9 +121,13 @@
       lastSweep = r;
       if (mode !== "gradient") return;
       charts.bottom.update(r.gains, [r.plain, r.improved]);
-      const ok = r.plain.filter((v) => v > 0);
-      const orders = ok.length ? Math.log10(Math.max(...ok) / Math.min(...ok)) : null;
-      readout($("ro-bottom"), [["sim.ro.orders", orders]]);
+      const orders = (ys) => {
+        const ok = ys.filter((v) => v > 0);
+        return ok.length ? Math.log10(Math.max(...ok) / Math.min(...ok)) : null;
+      };
+      readout($("ro-bottom"), [["sim.ro.orders", orders(r.plain)]]);
+      $("reading-bottom").textContent = DL.t("read.sweep", { n: r.n, a: DL.fmt(orders(r.plain), 2),
+                                                             b: DL.fmt(orders(r.improved), 2) });
     }
 
     const err = (e) => {

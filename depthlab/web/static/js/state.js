@@ -1,5 +1,5 @@
 // The state of every control lives in the URL hash (#n=32&g=1.00&...), so a view can
-// be shared by copying the address. Values are parsed and clamped here, once.
+// be shared by copying the address; a query string (?lang=zh) is read too. Values are parsed and clamped here, once.
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
@@ -26,10 +26,12 @@
     vec: [(s) => s || "3, 4", String],
   };
 
+  // The hash first, then the query string (?lang=zh works like #lang=zh).
   function read() {
     const q = new URLSearchParams(location.hash.replace(/^#/, ""));
+    const search = new URLSearchParams(location.search);
     const st = {};
-    for (const [k, [parse]] of Object.entries(FIELDS)) st[k] = parse(q.get(k));
+    for (const [k, [parse]] of Object.entries(FIELDS)) st[k] = parse(q.has(k) ? q.get(k) : search.get(k));
     return st;
   }
 

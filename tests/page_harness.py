@@ -1,0 +1,181 @@
+"""Shared pieces of the browser tests: the served page, the browser, and a check, run
+inside the page, that every chart of the simulator draws the data of the current state
+with finite, distinct, correct tick labels."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+BROWSER_MARKS = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
+
+# Installed before any page script: every long task (> 50 ms) the page causes.
+LONG_TASKS = """window.__longTasks = [];
+new PerformanceObserver((l) => l.getEntries().forEach((e) => window.__longTasks.push([Math.round(e.startTime), Math.round(e.duration)])))
+  .observe({type: 'longtask', buffered: true});"""
+
+
+def micro_runs(tmp_path_factory) -> Path:
+    """A micro `residual` experiment: real charts from a real (tiny) run."""
+    from depthlab.experiments import run_experiment
+
+    out = tmp_path_factory.mktemp("runs")
+    run_experiment("residual", budget="micro", out_dir=out, progress=False, echo=False)
+    return out
+
+
+def chromium():
+    """Debian's Chromium through Playwright, for a module's `browser` fixture."""
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def serve(runs_dir: Path):
+    """uvicorn on a free loopback port in a thread; returns (url, stop)."""
+    import uvicorn
+
+    from depthlab.web.app import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = create_app(runs_dir, allowed_hosts=["127.0.0.1", "localhost"])
+    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+
+    def stop():
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+    return f"http://127.0.0.1:{port}/", stop
+
+
+class Watch:
+    """Console errors and every request the page makes."""
+
+    def __init__(self, page):
+        self.errors: list[str] = []
+        self.urls: list[str] = []
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+        page.on("request", lambda r: self.urls.append(r.url))
+
+
+# Set one simulator state, wait until the page has drawn it, and return what is wrong
+# (a list of strings, empty when every chart is right). `want` is the data the charts
+# must hold: {simulate, sweep} from the API, or from the embedded data of a static copy.
+CHECK_STATE = r"""
+async ([patch, wantFrom]) => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const bits = (s) => (s.res ? "1" : "0") + (s.pre ? "1" : "0") + (s.wb ? "1" : "0");
+  DL.state.set(patch);
+  const st = DL.state.get();
+  const req = {mode: st.mode, n: st.n, g: st.g, residual: st.res, prenorm: st.pre, scale_writes: st.wb};
+  let want;
+  if (wantFrom === "api") {
+    const post = (p, b) => fetch(p, {method: "POST", headers: {"content-type": "application/json"},
+                                     body: JSON.stringify(b)}).then((r) => r.json());
+    want = {sim: await post("api/simulate", req)};
+    if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.res, prenorm: st.pre, scale_writes: st.wb});
+  } else {
+    const d = JSON.parse(document.getElementById("depthlab-data").textContent);
+    const key = st.n + "|" + st.g.toFixed(2);
+    want = {sim: {plain: d.plain[st.mode][key], improved: d.improved[st.mode][key + "|" + bits(st)]},
+            sweep: d.sweep[st.n + "|" + bits(st)]};
+    if (!want.sim.plain || !want.sim.improved) return ["state " + key + " is not in the static copy"];
+  }
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  const range = (a, b) => Array.from({length: b - a + 1}, (_, i) => a + i);
+  const n = st.n;
+  const expect = st.mode === "gradient" ? {
+    "c-plain-layers": [range(1, n), [want.sim.plain.per_layer]],
+    "c-improved-layers": [range(1, n), [want.sim.improved.per_layer]],
+    "c-bottom": [want.sweep.gains, [want.sweep.plain, want.sweep.improved]],
+  } : {
+    "c-plain-layers": [range(0, n), [want.sim.plain.rel_distance]],
+    "c-improved-layers": [range(0, n), [want.sim.improved.rel_distance]],
+    "c-bottom": [range(0, n), [want.sim.plain.mean_cosine, want.sim.improved.mean_cosine]],
+  };
+  expect["c-plain-rms"] = [range(0, want.sim.plain.stream_rms.length - 1), [want.sim.plain.stream_rms]];
+  expect["c-improved-rms"] = [range(0, want.sim.improved.stream_rms.length - 1), [want.sim.improved.stream_rms]];
+  // wait (at most 20 s) until every chart holds the wanted numbers
+  const t0 = performance.now();
+  let charts;
+  for (;;) {
+    charts = DL.charts.all();
+    if (Object.entries(expect).every(([id, [xs, ys]]) => charts[id] && same(charts[id].xs, xs) && same(charts[id].ys, ys))) break;
+    if (performance.now() - t0 > 20000) {
+      return Object.entries(expect).filter(([id, [xs, ys]]) => !(charts[id] && same(charts[id].xs, xs) && same(charts[id].ys, ys)))
+        .map(([id]) => id + " does not show the data of " + JSON.stringify(req));
+    }
+    await sleep(10);
+  }
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  charts = DL.charts.all();
+  const bad = [];
+  const where = (id) => id + " at " + location.hash;
+  const SUP = {"⁻": "-", "⁰": "0", "¹": "1", "²": "2", "³": "3", "⁴": "4", "⁵": "5", "⁶": "6", "⁷": "7", "⁸": "8", "⁹": "9"};
+  const parse = (s) => {
+    const m = s.replace(/−/g, "-").match(/^(?:(-?[\d.]+) × )?(-?)10([⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)$/);
+    if (m) return (m[1] ? +m[1] : 1) * (m[2] ? -1 : 1) * Math.pow(10, +[...m[3]].map((c) => SUP[c]).join(""));
+    return +s.replace(/−/g, "-");
+  };
+  for (const id of Object.keys(expect)) {
+    const c = charts[id];
+    if (c.error) bad.push(where(id) + ": error " + c.error);
+    if (!c.draws) bad.push(where(id) + ": never drawn");
+    if (!c.yScale || !c.yScale.every(isFinite) || !(c.yScale[1] > c.yScale[0])) bad.push(where(id) + ": y scale " + c.yScale);
+    for (const axis of ["xTicks", "yTicks"]) {
+      const ticks = c[axis].filter(([v, l]) => l !== "");
+      if (ticks.length < 2) bad.push(where(id) + ": " + axis + " has " + ticks.length + " labels");
+      const labels = ticks.map(([, l]) => l);
+      if (new Set(labels).size !== labels.length) bad.push(where(id) + ": repeated " + axis + " " + labels.join(" "));
+      for (const [v, l] of ticks) {
+        const value = c.log && axis === "yTicks" ? Math.pow(10, v) : v;
+        const got = parse(l);
+        if (!isFinite(v) || !isFinite(got) || Math.abs(got - value) > 1e-6 * Math.abs(value))
+          bad.push(where(id) + ": " + axis + " label " + l + " for " + value);
+      }
+    }
+    // every value on the axis (log: its exponent within the y range; an exact 0 is a marker)
+    c.ys.forEach((ys) => ys.forEach((v) => {
+      if (v == null || (c.log && v === 0)) return;
+      const y = c.log ? Math.log10(v) : v;
+      if (y < c.yScale[0] - 1e-9 || y > c.yScale[1] + 1e-9) bad.push(where(id) + ": value " + v + " off the axis " + c.yScale);
+    }));
+    if (c.log && c.ys.some((ys) => ys.some((v) => v > 0))) {
+      const lo = Math.min(...c.ys.flat().filter((v) => v > 0).map(Math.log10));
+      if (lo - c.yScale[0] < 0.2) bad.push(where(id) + ": the smallest value sits on the axis floor");
+    }
+    if (id.endsWith("layers") && st.mode === "gradient") {
+      const xs = c.xs;
+      if (c.xScale[0] > xs[0] - 0.5 + 1e-9 || c.xScale[1] < xs[xs.length - 1] + 0.5 - 1e-9) bad.push(where(id) + ": edge bars clipped " + c.xScale);
+    }
+    if (!c.label || c.label.length < 20) bad.push(where(id) + ": no text alternative");
+  }
+  if (DL.errors.length) bad.push("page errors: " + DL.errors.join("; "));
+  return bad;
+}
+"""
+
+STATIC_SIM = "() => document.getElementById('depthlab-data') !== null"

@@ -1,0 +1,178 @@
+"""The page speaks one language at a time and passes axe-core, live and exported.
+
+The zh view's visible text (and the charts' text alternatives) may hold no Latin word
+outside an allow-list: symbols and units, terms of the field that the Chinese text uses
+as they are, model and author names, and code (inside <code>/<pre>, or identifiers with
+a digit, an underscore or a dot). axe-core (axe-playwright-python) reports no serious or
+critical violation in either language. Hover read-outs, the block diagram's data path,
+the one-line readings and `?lang=` are checked here too."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from page_harness import BROWSER_MARKS, Watch, chromium, micro_runs, serve
+
+pytestmark = BROWSER_MARKS
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return micro_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium()
+
+ALLOWED = set("""
+RMS RMSNorm LayerNorm Pre-Norm Post-Norm Pre-LN Post-LN Pre-RMSNorm QK-norm FFN SwiGLU GELU ReLU
+sigmoid softmax token logits warmup nats Transformer DenseNet depthlab gamma beta eps LM
+course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswani Radford Touvron
+Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
+none sqrt residual English
+""".split())
+
+# Text nodes a reader sees (not in <code>, <pre>, <script>, hidden parts), option text of
+# selects, and every chart's aria-label.
+VISIBLE_TEXT = r"""() => {
+  const out = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest("code, pre, script, style, option, [aria-hidden=true]")) continue;
+    const cs = getComputedStyle(el);
+    if (cs.display === "none" || cs.visibility === "hidden" || !el.getClientRects().length) continue;
+    if (n.textContent.trim()) out.push(n.textContent.trim());
+  }
+  document.querySelectorAll("select").forEach((s) => s.selectedOptions[0] && out.push(s.selectedOptions[0].text));
+  document.querySelectorAll("[role=img][aria-label]").forEach((e) => out.push(e.getAttribute("aria-label")));
+  return out;
+}"""
+
+
+def stray_latin(texts: list[str]) -> list[str]:
+    bad = []
+    for t in texts:
+        for tok in re.findall(r"[A-Za-z0-9_.'\-/]+", t):
+            if re.search(r"[0-9_]|\w\.\w", tok):
+                continue  # a number, a version, an identifier like d_ff or vaswani2017
+            for word in re.findall(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]", tok):
+                if len(word) > 2 and word not in ALLOWED and word.lower() not in ALLOWED:
+                    bad.append(f"{word!r} in {t[:80]!r}")
+    return bad
+
+
+
+@pytest.fixture(scope="module")
+def live(runs):
+    url, stop = serve(runs)
+    yield url
+    stop()
+
+
+@pytest.fixture(scope="module")
+def exported(runs, tmp_path_factory):
+    from depthlab.web.export import export_page
+
+    return export_page(tmp_path_factory.mktemp("export"), runs_dir=runs, grid="small").as_uri()
+
+
+
+def open_page(browser, url: str, width: int = 1400):
+    page = browser.new_page(viewport={"width": width, "height": 900}, locale="en-US")
+    watch = Watch(page)
+    page.goto(url)
+    page.wait_for_function("() => window.DL && DL.ready", timeout=20000)
+    page.wait_for_selector("#exp-residual canvas", timeout=20000)
+    page.wait_for_function("() => document.getElementById('reading-sim').textContent !== ''")
+    return page, watch
+
+
+def test_allow_list_catches_english():
+    assert stray_latin(["去掉残差后,4 and 12 层模型"]) == ["'and' in '去掉残差后,4 and 12 层模型'"]
+    assert stray_latin(["RMSNorm 对 LayerNorm", "d_ff = 4d", "gpt2", "x ← x + F(x)"]) == []
+
+
+@pytest.mark.parametrize("where", ["live", "exported"])
+def test_zh_view_has_no_english(where, request, browser):
+    base = request.getfixturevalue(where)
+    # ?lang=zh works as well as #lang=zh
+    page, watch = open_page(browser, base + ("?lang=zh" if where == "live" else "#lang=zh"), 390)
+    assert page.evaluate("() => document.documentElement.lang") == "zh-CN"
+    bad = stray_latin(page.evaluate(VISIBLE_TEXT))
+    page.click("#mode-collapse")
+    page.wait_for_function("() => document.getElementById('ro-plain').dataset.distance !== undefined")
+    bad += stray_latin(page.evaluate(VISIBLE_TEXT))
+    for preset in ("vaswani2017", "qwen_next"):  # the post-norm and the gated block
+        page.select_option("#b-preset", preset)
+        page.wait_for_function(f"() => document.getElementById('block-text').textContent.includes('{preset}')")
+        bad += stray_latin(page.evaluate(VISIBLE_TEXT))
+    assert sorted(set(bad)) == [], "\n".join(sorted(set(bad)))
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    page.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_axe_no_serious_violations(lang, live, browser):
+    from axe_playwright_python.sync_playwright import Axe
+
+    page, _ = open_page(browser, live + f"#lang={lang}")
+    results = Axe().run(page)
+    serious = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+               for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+    assert serious == []
+    page.close()
+
+
+def test_hover_reads_out_the_value(live, browser):
+    page, _ = open_page(browser, live + "#lang=en&n=8&g=0.50&res=0")
+    page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '8'")
+    api = page.evaluate("""() => fetch('api/simulate', {method: 'POST', headers: {'content-type': 'application/json'},
+        body: JSON.stringify({mode: 'gradient', n: 8, g: 0.5, residual: false, prenorm: false, scale_writes: false})})
+        .then(r => r.json())""")
+    page.locator("#c-plain-layers").scroll_into_view_if_needed()
+    box = page.locator("#c-plain-layers .u-over").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5 / 9, box["y"] + box["height"] * 0.9)  # over layer 1's bar
+    tip = page.locator("#c-plain-layers .chart-tip")
+    tip.wait_for(state="visible")
+    text = tip.inner_text()
+    assert text.startswith("sublayer 1:"), text
+    v = api["plain"]["per_layer"][0]
+    shown = page.evaluate("(v) => DL.fmt(v, 5)", v)
+    assert shown in text
+    # the one-line reading beside the figure comes from the same numbers
+    reading = page.inner_text("#reading-sim")
+    assert "N = 8" in reading and page.evaluate("(v) => DL.pow10(v)", api["plain"]["ratio"]) in reading
+    page.close()
+
+
+def test_block_diagram_animates_the_data_path(live, browser):
+    page, _ = open_page(browser, live + "#lang=en&preset=course")
+    steps = page.evaluate("() => DL.blockPath()")
+    assert [s["kind"] for s in steps[:5]] == ["read", "norm", "transform", "add", "read"]
+    page.select_option("#b-placement", "post")
+    page.wait_for_function("() => document.getElementById('block-text').textContent.includes('post')")
+    steps = page.evaluate("() => DL.blockPath()")
+    assert [s["kind"] for s in steps[:4]] == ["read", "transform", "add", "norm"]
+    page.select_option("#b-preset", "qwen_next")  # the gated attention scales its output before the add
+    page.wait_for_function("() => document.getElementById('block-text').textContent.includes('qwen_next')")
+    steps = page.evaluate("() => DL.blockPath()")
+    assert [s["kind"] for s in steps[:5]] == ["read", "norm", "transform", "scale", "add"]
+    # the animation moves: the highlighted step changes over time
+    first = page.evaluate("() => document.querySelector('#block-svg .on') && document.querySelector('#block-svg .on').dataset.step")
+    page.wait_for_function(f"() => document.querySelector('#block-svg .on') && document.querySelector('#block-svg .on').dataset.step !== {first!r}")
+    page.close()
+
+
+def test_keyboard_reads_values(live, browser):
+    page, _ = open_page(browser, live + "#lang=en&n=4&g=1.00")
+    page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '4'")
+    page.focus("#c-improved-layers")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    tip = page.locator("#c-improved-layers .chart-tip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text().startswith("sublayer 2:")
+    page.close()
