@@ -10,6 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from depthlab.config import Config
+from depthlab.experiments.baselines import Baselines, baselines
+from depthlab.experiments.mechanism import collapse_chart, collapse_sentence
 from depthlab.experiments.report import (
     BLUE,
     GREEN,
@@ -22,7 +24,6 @@ from depthlab.experiments.report import (
     fmt,
     mean,
     series,
-    spread,
     text,
 )
 from depthlab.experiments.spec import Budget, Experiment, Report, RunResult, RunSpec, seeded, variant
@@ -63,13 +64,21 @@ def specs_over_seeds(arms: list[tuple[str, str, Config]], seeds: int,
             for arm, label, cfg in arms for s in range(seeds)]
 
 
-def loss_charts(arms: dict[str, list[RunResult]], style: dict[str, tuple[str, bool]]) -> list[dict]:
+def loss_charts(arms: dict[str, list[RunResult]], style: dict[str, tuple[str, bool]],
+                base: Baselines) -> list[dict]:
+    """Validation and training loss over steps, seed means; the validation chart also
+    draws the unigram and bigram baselines of the tokens it is scored on."""
     val, train = [], []
     for arm, runs in arms.items():
         color, dash = style.get(arm, (None, False))
         label = runs[0].spec.label
         val.append(series(label, *mean_curve(runs, "eval", "val_loss"), color, dash))
         train.append(series(label, *mean_curve(runs, "train", "loss"), color, dash))
+    end = max(r.spec.cfg.train.steps for runs in arms.values() for r in runs)
+    val.append(series(f"unigram baseline ({base.unigram:.4f})", [0, end],
+                      [base.unigram] * 2, GREY, dash=True))
+    val.append(series(f"bigram baseline ({base.bigram:.4f})", [0, end],
+                      [base.bigram] * 2, ORANGE, dash=True))
     return [chart("val_loss", text("Validation loss", "验证损失"), STEP, VAL, val),
             chart("train_loss", text("Training loss", "训练损失"), STEP, TRAIN, train)]
 
@@ -92,84 +101,18 @@ def gap_sentence(what_en: str, what_zh: str, a: list[float], b: list[float],
                 f"({fmt(b)} 对 {fmt(a)})。")
 
 
-# --- residual ----------------------------------------------------------------------
+# --- residual (depthlab/experiments/residual.py) ---------------------------------
 
 def residual_grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
-    arms = []
-    for depth in (b.shallow, b.deep):
-        for res in ("plain", "none"):
-            label = f"{depth} layers, {'residual' if res == 'plain' else 'no residual'}"
-            arms.append((f"L{depth}-{res}", label,
-                         variant(base, f"model.n_layers={depth}", f"model.residual={res}")))
-    return specs_over_seeds(arms, seeds)
+    from depthlab.experiments import residual
 
-
-def unigram_loss(results: list[RunResult]) -> float:
-    """Validation loss of predicting every token from train-split frequencies alone
-    (add-one smoothed): the level a model reaches when it ignores the context."""
-    import numpy as np
-
-    from depthlab.tokenizer import prepare_data
-
-    data = prepare_data(results[0].spec.cfg.data)
-    counts = np.bincount(np.asarray(data.train), minlength=data.vocab_size) + 1.0
-    logp = np.log(counts / counts.sum())
-    return float(-logp[np.asarray(data.val)].mean())
+    return residual.grid(base, b, seeds)
 
 
 def residual_analyze(results: list[RunResult], b: Budget) -> Report:
-    arms = by_arm(results)
-    unigram = unigram_loss(results)
-    style = {f"L{b.shallow}-plain": (GREEN, False), f"L{b.shallow}-none": (RED, False),
-             f"L{b.deep}-plain": (GREEN, True), f"L{b.deep}-none": (RED, True)}
-    report = Report(charts=loss_charts(arms, style))
-    report.charts[0]["series"].append(series("unigram baseline", [0, b.steps], [unigram, unigram],
-                                             GREY, dash=True))
-    report.table["columns"] = ["layers", "residual", "final val loss", "gap (none - residual)"]
-    gaps = {}
-    for depth in (b.shallow, b.deep):
-        with_res = final_values(arms[f"L{depth}-plain"])
-        without = final_values(arms[f"L{depth}-none"])
-        gap = mean(without) - mean(with_res)
-        gaps[depth] = (gap, spread(with_res) + spread(without))
-        report.table["rows"].append([depth, "plain", fmt(with_res), ""])
-        report.table["rows"].append([depth, "none", fmt(without), f"{gap:+.4f}"])
-        report.conclusions.append(gap_sentence(
-            f"{depth} layers", f"{depth} 层", with_res, without,
-            ("the residual model", "有残差的模型"), ("the model without residual", "去掉残差的模型")))
-    report.table["rows"].append(["-", "unigram baseline", f"{unigram:.4f}", ""])
-    stuck = [d for d in (b.shallow, b.deep) if mean(final_values(arms[f"L{d}-none"])) > unigram - 0.05]
-    if stuck:
-        depths = " and ".join(str(d) for d in stuck)
-        model_ends = "models end" if len(stuck) > 1 else "model ends"
-        report.conclusions.append(text(
-            f"Without the residual, the {depths}-layer {model_ends} within 0.05 nats of the unigram "
-            f"baseline ({unigram:.4f}: predicting each token from its frequency alone): "
-            f"{'they have' if len(stuck) > 1 else 'it has'} not learned to use the context in "
-            "this budget.",
-            f"去掉残差后,{depths} 层模型最终与一元基线({unigram:.4f},只按字符频率预测)相差不到 "
-            "0.05 nats:在这个预算内它没有学会利用上下文。"))
-    (g_s, n_s), (g_d, n_d) = gaps[b.shallow], gaps[b.deep]
-    if len(stuck) == 2:
-        report.conclusions.append(text(
-            f"The gap is {g_s:+.4f} at {b.shallow} layers and {g_d:+.4f} at {b.deep}; with both "
-            "models without residual at the unigram level, any change of the gap with depth "
-            "comes from the residual models alone, so this budget cannot show whether removing "
-            "the residual hurts more at depth.",
-            f"差距在 {b.shallow} 层为 {g_s:+.4f},{b.deep} 层为 {g_d:+.4f};两个去掉残差的模型都停在一元水平,"
-            "差距随深度的变化只来自有残差的模型,这个预算无法说明去掉残差是否在更深时伤害更大。"))
-    elif math.isfinite(g_s) and math.isfinite(g_d):
-        if g_d - g_s > n_s + n_d:
-            report.conclusions.append(text(
-                f"The gap grows with depth: {g_s:+.4f} at {b.shallow} layers, {g_d:+.4f} at "
-                f"{b.deep} layers.",
-                f"差距随深度变大:{b.shallow} 层 {g_s:+.4f},{b.deep} 层 {g_d:+.4f}。"))
-        else:
-            report.conclusions.append(text(
-                f"The gap does not grow beyond the spread with depth here: {g_s:+.4f} at "
-                f"{b.shallow} layers, {g_d:+.4f} at {b.deep}.",
-                f"这里差距没有随深度超出波动地变大:{b.shallow} 层 {g_s:+.4f},{b.deep} 层 {g_d:+.4f}。"))
-    return report
+    from depthlab.experiments import residual
+
+    return residual.analyze(results, b)
 
 
 # --- init-gradients ----------------------------------------------------------------
@@ -341,7 +284,11 @@ def norm_placement_analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
     style = {"pre-warmup": (GREEN, False), "pre-nowarmup": (GREEN, True),
              "post-warmup": (BLUE, False), "post-nowarmup": (RED, True)}
-    report = Report(charts=loss_charts(arms, style))
+    base = baselines(results[0].spec.cfg)
+    report = Report(charts=loss_charts(arms, style, base), baselines=base.to_json())
+    collapsed = arms["post-nowarmup"][0]
+    report.charts.append(collapse_chart("collapse", collapsed, "Post-Norm without warmup",
+                                        "不带 warmup 的 Post-Norm"))
     report.table["columns"] = ["arm", "final val loss", "diverged"]
     for runs in arms.values():
         report.table["rows"].append([runs[0].spec.label, fmt(final_values(runs)),
@@ -354,6 +301,9 @@ def norm_placement_analyze(results: list[RunResult], b: Budget) -> Report:
     report.conclusions.append(gap_sentence(
         "Without warmup", "不带 warmup", v["pre-nowarmup"], v["post-nowarmup"],
         ("Pre-Norm", "Pre-Norm"), ("Post-Norm", "Post-Norm")))
+    report.conclusions.append(collapse_sentence(
+        collapsed, b.eval_every, f"Post-Norm without warmup (seed {collapsed.spec.seed})",
+        f"不带 warmup 的 Post-Norm(种子 {collapsed.spec.seed})"))
     return report
 
 
@@ -379,7 +329,9 @@ def _ms_per_step(runs: list[RunResult]) -> float:
 
 def norm_type_analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
-    report = Report(charts=loss_charts(arms, {k: (c, False) for k, c in NORM_COLORS.items()}))
+    base = baselines(results[0].spec.cfg)
+    report = Report(charts=loss_charts(arms, {k: (c, False) for k, c in NORM_COLORS.items()},
+                                       base), baselines=base.to_json())
     report.table["columns"] = ["norm", "final val loss", "ms per step (median)"]
     v = {}
     for arm, runs in arms.items():
@@ -431,7 +383,9 @@ def first_token_share(run_dir: Path) -> tuple[float, float]:
 
 def attn_gate_analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
-    report = Report(charts=loss_charts(arms, {"no-gate": (BLUE, False), "gate": (GREEN, False)}))
+    base = baselines(results[0].spec.cfg)
+    report = Report(charts=loss_charts(arms, {"no-gate": (BLUE, False), "gate": (GREEN, False)},
+                                       base), baselines=base.to_json())
     report.table["columns"] = ["arm", "final val loss", "attention on first token", "uniform baseline H_T/T"]
     shares: dict[str, list[float]] = {}
     baseline = math.nan
@@ -464,8 +418,9 @@ def attn_gate_analyze(results: list[RunResult], b: Budget) -> Report:
 
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
-    Experiment("residual", "What does removing the residual do to the course model, at 4 and 12 layers?",
-               "去掉残差,课程模型在 4 层和 12 层各会怎样?", ("model.residual", "model.n_layers"),
+    Experiment("residual", "What does removing the residual do to the course model, from 1 to 12 "
+               "layers?", "去掉残差,课程模型从 1 层到 12 层各会怎样?",
+               ("model.residual", "model.n_layers"),
                residual_grid, residual_analyze),
     Experiment("init-gradients", "How much gradient does each block receive at initialisation?",
                "初始化时每一块收到多大的梯度?", ("model.residual", "model.placement", "model.scaled_init"),
