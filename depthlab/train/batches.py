@@ -43,8 +43,8 @@ def eval_offsets(n_tokens: int, seq_len: int, eval_tokens: int) -> tuple[np.ndar
     length = min(seq_len, n_tokens - 1)
     fit = (n_tokens - 1) // length  # windows (plus their next-token target) that fit
     count = max(1, min(eval_tokens // length, fit))
-    stride = fit // count  # in whole windows, so windows never overlap
-    return np.arange(count) * stride * length, length
+    slots = np.linspace(0, fit - 1, count).round().astype(np.int64)  # distinct: count <= fit
+    return slots * length, length
 
 
 def fixed_batch(ids: np.ndarray, batch_size: int, seq_len: int,
