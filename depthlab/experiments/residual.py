@@ -186,10 +186,11 @@ def _plateau(depths: list[int], left: dict, base: Baselines, b: Budget) -> dict[
     escaped = [d for d in depths if d < stuck]
     return text(
         f"Without residual, {', '.join(map(str, escaped))} layer{'s' if len(escaped) > 1 else ''} "
-        f"leave the plateau and from {stuck} layers on no model does in {steps} steps "
-        f"(leaving: ending {rule}).",
+        f"leave{'s' if len(escaped) == 1 else ''} the plateau and from {stuck} layers on no model "
+        f"does in {steps} steps (leaving: ending {rule}); from there on the gap changes only "
+        "with the residual model's loss.",
         f"去掉残差后,{'、'.join(map(str, escaped))} 层离开了平台,从 {stuck} 层起 {steps} 步内都没有离开"
-        f"(离开:最终{rule_zh})。")
+        f"(离开:最终{rule_zh});此后差距的变化只来自有残差的模型。")
 
 
 def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
