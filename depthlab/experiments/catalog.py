@@ -12,6 +12,7 @@ from pathlib import Path
 from depthlab.config import Config
 from depthlab.experiments.baselines import Baselines, baselines
 from depthlab.experiments.mechanism import collapse_chart, collapse_sentence
+from depthlab.experiments.norm_timing import SHAPE, time_norms, timing_rows
 from depthlab.experiments.report import (
     BLUE,
     GREEN,
@@ -317,39 +318,38 @@ def norm_type_grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
     return specs_over_seeds(arms, seeds)
 
 
-def _ms_per_step(runs: list[RunResult]) -> float:
-    # The first logged step includes warm-up costs; skip it when there are others.
-    rates = sorted(rec["tokens_per_s"] for r in runs
-                   for rec in (r.of("train")[1:] or r.of("train")))
-    if not rates:
-        return math.nan
-    tokens = runs[0].spec.cfg.train.batch_size * runs[0].spec.cfg.train.seq_len
-    return 1000 * tokens / rates[len(rates) // 2]
-
-
 def norm_type_analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
     base = baselines(results[0].spec.cfg)
     report = Report(charts=loss_charts(arms, {k: (c, False) for k, c in NORM_COLORS.items()},
                                        base), baselines=base.to_json())
-    report.table["columns"] = ["norm", "final val loss", "ms per step (median)"]
+    timing = time_norms(rounds=b.timing_rounds, calls=2 if b.name == "micro" else 20)
+    report.table["columns"] = ["norm", "final val loss",
+                               f"ms per norm call, fwd+bwd on {'x'.join(map(str, SHAPE))}",
+                               "ms per 1-block model step, fwd+bwd"]
     v = {}
-    for arm, runs in arms.items():
+    for (arm, runs), row in zip(arms.items(), timing_rows(timing), strict=True):
         v[arm] = final_values(runs)
-        report.table["rows"].append([arm, fmt(v[arm]), f"{_ms_per_step(runs):.1f}"])
+        report.table["rows"].append([arm, fmt(v[arm]), *row[1:]])
     report.conclusions.append(gap_sentence("RMSNorm vs LayerNorm", "RMSNorm 对 LayerNorm",
                                            v["layernorm"], v["rmsnorm"],
                                            ("LayerNorm", "LayerNorm"), ("RMSNorm", "RMSNorm")))
     report.conclusions.append(gap_sentence(
         "Zero-centred vs plain RMSNorm", "零中心 RMSNorm 对普通 RMSNorm", v["rmsnorm"],
         v["rmsnorm_zero_centered"], ("RMSNorm", "RMSNorm"), ("zero-centred RMSNorm", "零中心 RMSNorm")))
-    t_ln, t_rms = _ms_per_step(arms["layernorm"]), _ms_per_step(arms["rmsnorm"])
+    n_ln, n_rms = (timing["norm"][k]["thread_median_ms"] for k in ("layernorm", "rmsnorm"))
+    b_ln, b_rms = (timing["block"][k]["thread_median_ms"] for k in ("layernorm", "rmsnorm"))
     report.conclusions.append(text(
-        f"Time per step: LayerNorm {t_ln:.1f} ms, RMSNorm {t_rms:.1f} ms (ratio {t_ln / t_rms:.2f}; "
-        "timed inside the training runs, so other work on the machine shows up in them; the "
-        "norms are a small share of a step at this size).",
-        f"每步用时:LayerNorm {t_ln:.1f} ms,RMSNorm {t_rms:.1f} ms(比值 {t_ln / t_rms:.2f};"
-        "在训练中计时,机器上的其他负载也会计入;这个规模下归一化只占一步的一小部分)。"))
+        f"Time (a benchmark, not the training runs: interleaved in {b.timing_rounds} rounds in "
+        f"one process on one thread, thread time, median): one norm call forward + backward "
+        f"on {'x'.join(map(str, SHAPE))} takes {n_ln:.3f} ms with LayerNorm and {n_rms:.3f} ms "
+        f"with RMSNorm ({n_ln / n_rms:.2f}x); a one-block course model step {b_ln:.2f} vs "
+        f"{b_rms:.2f} ms ({b_ln / b_rms:.2f}x), of which its 3 LayerNorm calls are "
+        f"{300 * n_ln / b_ln:.0f}%.",
+        f"用时(基准测试,不取自训练:单进程单线程交错 {b.timing_rounds} 轮,线程时间中位数):"
+        f"在 {'x'.join(map(str, SHAPE))} 上一次归一化前向+反向,LayerNorm {n_ln:.3f} ms,RMSNorm "
+        f"{n_rms:.3f} ms({n_ln / n_rms:.2f} 倍);单块课程模型一步 {b_ln:.2f} 对 {b_rms:.2f} ms"
+        f"({b_ln / b_rms:.2f} 倍),其中 3 次 LayerNorm 调用占 {300 * n_ln / b_ln:.0f}%。"))
     return report
 
 

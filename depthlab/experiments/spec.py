@@ -32,13 +32,15 @@ class Budget:
     about: str = ""
     depths: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)  # the residual depth sweep
     sweep_steps: int | None = None  # steps of the depth sweep's runs (None: `steps`)
+    timing_rounds: int = 15  # rounds of the norm-type timing benchmark
 
 
 BUDGETS: dict[str, Budget] = {
     "micro": Budget("micro", steps=4, batch_size=4, seq_len=16, eval_every=2, eval_tokens=256,
                     seeds=1, shallow=2, deep=3, deepest=6,
                     model=("model.d_model=32", "model.n_heads=2", "model.context_len=32"),
-                    about="seconds; for tests only: the numbers mean nothing", depths=(1, 2, 3)),
+                    about="seconds; for tests only: the numbers mean nothing", depths=(1, 2, 3),
+                    timing_rounds=2),
     # The depth sweep at quick: 12 runs of 1-8 layers at 200 steps cost about as much as
     # the old 4 runs of 4 and 12 layers at 300 (the sum of depths x steps: 9,600 either way).
     "quick": Budget("quick", steps=300, batch_size=16, seq_len=64, eval_every=50,
