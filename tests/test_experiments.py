@@ -71,6 +71,42 @@ def test_quick_sweep_costs_no_more_than_the_four_runs_it_replaces():
     assert sum(s.cfg.model.n_layers * s.cfg.train.steps for s in specs) <= 2 * (4 + 12) * 300
 
 
+def test_norm_placement_grid_runs_over_learning_rate_at_standard():
+    exp = get_experiment("norm-placement")
+    standard, quick = BUDGETS["standard"], BUDGETS["quick"]
+    specs = exp.grid(base_config(standard), standard, 1)
+    cells = {(s.cfg.model.placement, s.cfg.train.warmup_steps > 0, s.cfg.train.lr) for s in specs}
+    assert cells == {(p, w, lr) for p in ("pre", "post") for w in (True, False)
+                     for lr in (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)}
+    names = {s.arm for s in exp.grid(base_config(quick), quick, 1)}
+    assert names == {"pre-warmup", "pre-nowarmup", "post-warmup", "post-nowarmup"}
+
+
+def test_largest_trained_lr_and_xiong_profile():
+    from depthlab.experiments.baselines import Baselines
+    from depthlab.experiments.catalog import xiong_profile
+    from depthlab.experiments.placement import largest_trained_lr
+    from depthlab.experiments.spec import RunResult, RunSpec
+
+    base = Baselines(unigram=3.3, bigram=2.5, tokens=100, windows=2, val_tokens=1000)
+
+    def run(loss):
+        return RunResult(RunSpec("a", 0, None, "a"), Path("."), [
+            {"kind": "eval", "step": 10, "val_loss": loss},
+            {"kind": "run_end", "step": 10, "status": "completed"}])
+
+    arms = {"post-nowarmup-lr0.002": [run(2.0)], "post-nowarmup-lr0.003": [run(2.1)],
+            "post-nowarmup": [run(3.29)]}
+    assert largest_trained_lr(arms, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) == 3e-3
+    arms["post-nowarmup-lr0.002"] = [run(3.31)]
+    arms["post-nowarmup-lr0.003"] = [run(3.28)]  # within 5% of unigram - bigram: stuck
+    assert largest_trained_lr(arms, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) is None
+    assert "both agree" in xiong_profile(2.0, 1.0)["en"]
+    mixed = xiong_profile(1.02, 0.30)["en"]
+    assert "Post-LN's is flat" in mixed and "Pre-LN's falls toward the output" in mixed
+    assert "Post-LN and Pre-LN differ" in mixed
+
+
 def test_plateau_depth_is_where_the_models_without_residual_stop_leaving():
     from depthlab.experiments.residual import plateau_depth
 
@@ -158,7 +194,9 @@ def test_residual_export_draws_depth_with_spread_and_the_collapse(micro_runs):
     assert "input_dependence" in charts
     assert any("Without residual at 2 layers" in c["en"] for c in export["conclusions"])
     placement = json.loads((micro_runs / "norm-placement" / "export.json").read_text())
-    assert "collapse" in {c["id"] for c in placement["charts"]}
+    assert {"collapse", "lr"} <= {c["id"] for c in placement["charts"]}
+    assert any(c["en"].startswith("Largest learning rate of 0.002, 0.005")
+               for c in placement["conclusions"])
 
 
 def test_rerun_skips_finished_runs(micro_runs, monkeypatch):

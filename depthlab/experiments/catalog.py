@@ -13,6 +13,9 @@ from depthlab.config import Config
 from depthlab.experiments.baselines import Baselines, baselines
 from depthlab.experiments.mechanism import collapse_chart, collapse_sentence
 from depthlab.experiments.norm_timing import SHAPE, time_norms, timing_rows
+from depthlab.experiments.placement import ARMS as PLACEMENT_ARMS
+from depthlab.experiments.placement import arm_name as placement_arm
+from depthlab.experiments.placement import largest_lr_sentence, largest_trained_lr, lr_chart
 from depthlab.experiments.report import (
     BLUE,
     GREEN,
@@ -172,6 +175,7 @@ def init_gradients_analyze(results: list[RunResult], b: Budget) -> Report:
             f"Post-Norm's last/first ratio is only {factor:.2f}x Pre-Norm's ({post:.3f} vs "
             f"{pre:.3f}); the effect of Xiong et al. 2020 does not show clearly here.",
             f"Post-Norm 的末块/首块梯度比只是 Pre-Norm 的 {factor:.2f} 倍,Xiong 等 2020 的效应这里不明显。"))
+    report.conclusions.append(xiong_profile(post, pre))
     none, pre = mean(ratios["pre-none"]), mean(ratios["pre-residual"])
     report.conclusions.append(text(
         f"Without the residual, the last/first ratio is {none:.3g} (with it: {pre:.3g}): "
@@ -181,6 +185,33 @@ def init_gradients_analyze(results: list[RunResult], b: Budget) -> Report:
         f"去掉残差时末块/首块比为 {none:.3g}(有残差 {pre:.3g}):"
         "每层的雅可比连乘,梯度逐层被缩放,而不是走直通路。"))
     return report
+
+
+def _profile(ratio: float) -> tuple[str, str]:
+    """How a last/first block gradient ratio reads: a factor 1.5 either way is a slope."""
+    if ratio > 1.5:
+        return "grows toward the output", "向输出端增大"
+    if ratio < 1 / 1.5:
+        return "falls toward the output", "向输出端减小"
+    return "is flat", "基本持平"
+
+
+def xiong_profile(post: float, pre: float) -> dict[str, str]:
+    """Where the measured profiles agree with Xiong et al. 2020 (Post-LN's gradient grows
+    toward the output, Pre-LN's stays flat) and where they do not."""
+    (p_en, p_zh), (q_en, q_zh) = _profile(post), _profile(pre)
+    agree = [name for name, got, want in (("Post-LN", p_en, "grows toward the output"),
+                                          ("Pre-LN", q_en, "is flat")) if got == want]
+    differ = [n for n in ("Post-LN", "Pre-LN") if n not in agree]
+    verdict = ("both agree" if not differ else
+               f"{' and '.join(agree) + ' agrees; ' if agree else ''}"
+               f"{' and '.join(differ)} {'differs' if len(differ) == 1 else 'differ'}")
+    return text(
+        f"Against Xiong et al. 2020 (Post-LN's gradient grows toward the output, Pre-LN's "
+        f"stays flat): here Post-LN's {p_en} (last/first {post:.2f}) and Pre-LN's {q_en} "
+        f"({pre:.2f}); {verdict} (a slope is a factor 1.5 from first to last block).",
+        f"与 Xiong 等 2020(Post-LN 的梯度向输出端增大,Pre-LN 持平)对照:这里 Post-LN {p_zh}"
+        f"(末块/首块 {post:.2f}),Pre-LN {q_zh}({pre:.2f})。")
 
 
 # --- stream-rms --------------------------------------------------------------------
@@ -269,31 +300,43 @@ def norm_placement_grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
     """Xiong et al. 2020's setting: plain 0.02 init (as in the 2017 Transformer), half the
     deep stack, a high learning rate; the arms differ in placement and warmup only."""
     warm = max(1, b.steps // 3)
-    common = variant(base, f"model.n_layers={max(2, b.deep // 2)}", "model.scaled_init=false",
-                     f"train.lr={HIGH_LR}")
+    common = variant(base, f"model.n_layers={max(2, b.deep // 2)}", "model.scaled_init=false")
     arms = []
-    for placement in ("pre", "post"):
-        for warmup in (warm, 0):
-            arms.append((f"{placement}-{'warmup' if warmup else 'nowarmup'}",
-                         f"{placement.capitalize()}-Norm, {'warmup' if warmup else 'no warmup'}",
-                         variant(common, f"model.placement={placement}",
-                                 f"train.warmup_steps={warmup}")))
+    for lr in b.lrs:
+        for placement in ("pre", "post"):
+            for warmup in (warm, 0):
+                tag = "warmup" if warmup else "nowarmup"
+                arms.append((placement_arm(placement, tag, lr, HIGH_LR),
+                             f"{placement.capitalize()}-Norm, {'warmup' if warmup else 'no warmup'}"
+                             + ("" if lr == HIGH_LR else f", lr {lr:g}"),
+                             variant(common, f"model.placement={placement}",
+                                     f"train.warmup_steps={warmup}", f"train.lr={lr}")))
     return specs_over_seeds(arms, seeds)
 
 
 def norm_placement_analyze(results: list[RunResult], b: Budget) -> Report:
-    arms = by_arm(results)
+    every = by_arm(results)
+    arms = {a: runs for a, runs in every.items() if runs[0].spec.cfg.train.lr == HIGH_LR}
+    lrs = sorted({r.spec.cfg.train.lr for r in results})
     style = {"pre-warmup": (GREEN, False), "pre-nowarmup": (GREEN, True),
              "post-warmup": (BLUE, False), "post-nowarmup": (RED, True)}
     base = baselines(results[0].spec.cfg)
     report = Report(charts=loss_charts(arms, style, base), baselines=base.to_json())
+    if len(lrs) > 1:
+        report.charts.insert(0, lr_chart(every, lrs, HIGH_LR, base))
     collapsed = arms["post-nowarmup"][0]
     report.charts.append(collapse_chart("collapse", collapsed, "Post-Norm without warmup",
                                         "不带 warmup 的 Post-Norm"))
-    report.table["columns"] = ["arm", "final val loss", "diverged"]
-    for runs in arms.values():
+    best = {(p, w): largest_trained_lr(every, p, w, lrs, HIGH_LR, base)
+            for p, w, _, _ in PLACEMENT_ARMS}
+    report.table["columns"] = ["arm", f"final val loss at lr {HIGH_LR:g}", "diverged",
+                               f"largest lr that trains (of {', '.join(f'{lr:g}' for lr in lrs)})"]
+    for (p, w, _, _), runs in zip(PLACEMENT_ARMS, (arms[f"{p}-{w}"] for p, w, _, _ in
+                                                   PLACEMENT_ARMS), strict=True):
         report.table["rows"].append([runs[0].spec.label, fmt(final_values(runs)),
-                                     "yes" if diverged(runs) else "no"])
+                                     "yes" if diverged(runs) else "no",
+                                     "none" if best[(p, w)] is None else f"{best[(p, w)]:g}"])
+    report.conclusions.append(largest_lr_sentence(best, lrs))
     v = {arm: final_values(runs) for arm, runs in arms.items()}
     report.conclusions.append(gap_sentence(
         "Post-Norm", "Post-Norm", v["post-warmup"], v["post-nowarmup"],
@@ -430,7 +473,8 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                stream_rms_grid, stream_rms_analyze),
     Experiment("norm-placement", "Does Post-Norm need learning-rate warmup where Pre-Norm does not?",
                "Post-Norm 是否离不开学习率 warmup,而 Pre-Norm 不需要?",
-               ("model.placement", "train.warmup_steps"), norm_placement_grid, norm_placement_analyze),
+               ("model.placement", "train.warmup_steps", "train.lr"), norm_placement_grid,
+               norm_placement_analyze),
     Experiment("norm-type", "LayerNorm, RMSNorm or zero-centred RMSNorm: loss and time per step?",
                "LayerNorm、RMSNorm、零中心 RMSNorm:损失与每步用时?", ("model.norm",),
                norm_type_grid, norm_type_analyze),

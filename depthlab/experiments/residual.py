@@ -9,7 +9,13 @@ from __future__ import annotations
 import math
 
 from depthlab.config import Config
-from depthlab.experiments.baselines import Baselines, baselines
+from depthlab.experiments.baselines import (
+    PLATEAU_MARGIN,
+    Baselines,
+    baselines,
+    left_plateau,
+    plateau_margin,
+)
 from depthlab.experiments.catalog import (
     VAL,
     by_arm,
@@ -26,13 +32,6 @@ RESIDUALS = ("plain", "none")
 GREENS = ("#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b", "#002910")
 REDS = ("#fcae91", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d", "#3b0008")
 
-# A run has left the plateau when its loss is below the unigram level by more than its
-# seed spread and more than this share of the unigram-bigram distance (what one token of
-# context buys). A constant predictor cannot go below the unigram level of the scored
-# tokens by more than the mismatch of train and val frequencies; measured on Shakespeare
-# that mismatch is under 1% of the distance, the 2-layer model that escapes late is 25%
-# below it.
-PLATEAU_MARGIN = 0.05
 
 
 def arm_name(depth: int, residual: str) -> str:
@@ -49,14 +48,6 @@ def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
             cfg = variant(base, f"model.n_layers={depth}", f"model.residual={res}")
             arms.append((arm_name(depth, res), label, with_steps(cfg, steps)))
     return specs_over_seeds(arms, seeds)
-
-
-def plateau_margin(values: list[float], base: Baselines) -> float:
-    return max(spread(values), PLATEAU_MARGIN * (base.unigram - base.bigram))
-
-
-def left_plateau(values: list[float], base: Baselines) -> bool:
-    return mean(values) < base.unigram - plateau_margin(values, base)
 
 
 def escape_step(runs: list[RunResult], base: Baselines) -> int | None:

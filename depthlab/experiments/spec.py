@@ -33,6 +33,7 @@ class Budget:
     depths: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)  # the residual depth sweep
     sweep_steps: int | None = None  # steps of the depth sweep's runs (None: `steps`)
     timing_rounds: int = 15  # rounds of the norm-type timing benchmark
+    lrs: tuple[float, ...] = (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)  # norm-placement's lr grid
 
 
 BUDGETS: dict[str, Budget] = {
@@ -40,13 +41,13 @@ BUDGETS: dict[str, Budget] = {
                     seeds=1, shallow=2, deep=3, deepest=6,
                     model=("model.d_model=32", "model.n_heads=2", "model.context_len=32"),
                     about="seconds; for tests only: the numbers mean nothing", depths=(1, 2, 3),
-                    timing_rounds=2),
+                    timing_rounds=2, lrs=(2e-3, 5e-3)),
     # The depth sweep at quick: 12 runs of 1-8 layers at 200 steps cost about as much as
     # the old 4 runs of 4 and 12 layers at 300 (the sum of depths x steps: 9,600 either way).
     "quick": Budget("quick", steps=300, batch_size=16, seq_len=64, eval_every=50,
                     eval_tokens=16384, seeds=1, shallow=4, deep=12, deepest=48,
                     about="minutes on a 2-core laptop; what `depthlab lab` runs",
-                    depths=(1, 2, 3, 4, 6, 8), sweep_steps=200),
+                    depths=(1, 2, 3, 4, 6, 8), sweep_steps=200, lrs=(5e-3,)),
     "standard": Budget("standard", steps=500, batch_size=16, seq_len=64, eval_every=50,
                        eval_tokens=16384, seeds=3, shallow=4, deep=12, deepest=48,
                        about="the README's figures: 3 seeds; hours for all six on a "
