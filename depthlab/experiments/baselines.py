@@ -19,10 +19,9 @@ from depthlab.experiments.report import mean, spread
 
 # A run has left the plateau when its loss is below the unigram level by more than its
 # seed spread and more than this share of the unigram-bigram distance (what one token of
-# context buys). A constant predictor cannot go below the unigram level of the scored
-# tokens by more than the mismatch of train and val frequencies; measured on Shakespeare
-# that mismatch is under 1% of the distance, the 2-layer model that escapes late is 25%
-# below it.
+# context buys). Measured on Shakespeare (quick sweep, 200 steps): the stuck models without
+# residual (2-8 layers) end 0.2% of that distance above the unigram level, the 1-layer one
+# 116% below it; at 500 steps the 2-layer model that escapes late ends about 25% below.
 PLATEAU_MARGIN = 0.05
 
 

@@ -59,17 +59,20 @@ def collapse_sentence(run: RunResult, step: int, who: str, who_zh: str) -> dict[
     n = len(a["grad_params"])
     g = lambda p: " / ".join(f"{v:.2g}" for v in p["grad_params"])
     dep = lambda p: p.get("input_dependence", math.nan)
+    ratio = lambda p: p["grad_params"][0] / p["grad_params"][-1] if p["grad_params"][-1] else math.inf
     return text(
         f"{who}: from step 0 to step {b['step']} the gradient of the bottom block goes from "
         f"{a['grad_params'][0]:.2g} to {b['grad_params'][0]:.2g} while the top block's goes "
         f"from {a['grad_params'][-1]:.2g} to {b['grad_params'][-1]:.2g} (all {n} at step "
-        f"{b['step']}, bottom first: {g(b)}); the stream RMS after the last write goes from "
+        f"{b['step']}, bottom first: {g(b)}; bottom / top from {ratio(a):.2g} to {ratio(b):.2g}); "
+        f"the stream RMS after the last write goes from "
         f"{a['resid_rms'][-1]:.3g} to {b['resid_rms'][-1]:.3g}; the predictions' input "
         f"dependence (mean TV distance from their average, 0 = the same prediction for every "
         f"input) goes from {dep(a):.3f} to {dep(b):.3f}.",
         f"{who_zh}:从第 0 步到第 {b['step']} 步,最底块的梯度从 {a['grad_params'][0]:.2g} 变为 "
         f"{b['grad_params'][0]:.2g},最顶块从 {a['grad_params'][-1]:.2g} 变为 "
-        f"{b['grad_params'][-1]:.2g}(第 {b['step']} 步全部 {n} 块,自底向上:{g(b)});"
+        f"{b['grad_params'][-1]:.2g}(第 {b['step']} 步全部 {n} 块,自底向上:{g(b)};"
+        f"底/顶从 {ratio(a):.2g} 变为 {ratio(b):.2g});"
         f"最后一次写入后的残差流 RMS 从 {a['resid_rms'][-1]:.3g} 变为 {b['resid_rms'][-1]:.3g};"
         f"预测对输入的依赖(与平均预测的总变差距离,0 表示对任何输入都给出同一预测)从 "
         f"{dep(a):.3f} 变为 {dep(b):.3f}。")
