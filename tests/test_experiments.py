@@ -78,6 +78,9 @@ def test_norm_placement_grid_runs_over_learning_rate_at_standard():
     cells = {(s.cfg.model.placement, s.cfg.train.warmup_steps > 0, s.cfg.train.lr) for s in specs}
     assert cells == {(p, w, lr) for p in ("pre", "post") for w in (True, False)
                      for lr in (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)}
+    from depthlab.experiments.catalog import HIGH_LR
+
+    assert all(HIGH_LR in b.lrs for b in BUDGETS.values())  # the arms the loss charts draw
     names = {s.arm for s in exp.grid(base_config(quick), quick, 1)}
     assert names == {"pre-warmup", "pre-nowarmup", "post-warmup", "post-nowarmup"}
 

@@ -331,8 +331,8 @@ def norm_placement_analyze(results: list[RunResult], b: Budget) -> Report:
             for p, w, _, _ in PLACEMENT_ARMS}
     report.table["columns"] = ["arm", f"final val loss at lr {HIGH_LR:g}", "diverged",
                                f"largest lr that trains (of {', '.join(f'{lr:g}' for lr in lrs)})"]
-    for (p, w, _, _), runs in zip(PLACEMENT_ARMS, (arms[f"{p}-{w}"] for p, w, _, _ in
-                                                   PLACEMENT_ARMS), strict=True):
+    for p, w, _, _ in PLACEMENT_ARMS:
+        runs = arms[f"{p}-{w}"]
         report.table["rows"].append([runs[0].spec.label, fmt(final_values(runs)),
                                      "yes" if diverged(runs) else "no",
                                      "none" if best[(p, w)] is None else f"{best[(p, w)]:g}"])
