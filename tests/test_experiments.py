@@ -197,7 +197,7 @@ def test_residual_export_draws_depth_with_spread_and_the_collapse(micro_runs):
     assert "input_dependence" in charts
     assert any("Without residual at 2 layers" in c["en"] for c in export["conclusions"])
     placement = json.loads((micro_runs / "norm-placement" / "export.json").read_text())
-    assert {"collapse", "lr"} <= {c["id"] for c in placement["charts"]}
+    assert {"collapse", "lr", "input_dependence"} <= {c["id"] for c in placement["charts"]}
     assert any(c["en"].startswith("Largest learning rate of 0.002, 0.005")
                for c in placement["conclusions"])
 

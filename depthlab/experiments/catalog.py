@@ -11,7 +11,7 @@ from pathlib import Path
 
 from depthlab.config import Config
 from depthlab.experiments.baselines import Baselines, baselines
-from depthlab.experiments.mechanism import collapse_chart, collapse_sentence
+from depthlab.experiments.mechanism import collapse_chart, collapse_sentence, input_dependence_chart
 from depthlab.experiments.norm_timing import SHAPE, time_norms, timing_rows
 from depthlab.experiments.placement import ARMS as PLACEMENT_ARMS
 from depthlab.experiments.placement import arm_name as placement_arm
@@ -327,6 +327,8 @@ def norm_placement_analyze(results: list[RunResult], b: Budget) -> Report:
     collapsed = arms["post-nowarmup"][0]
     report.charts.append(collapse_chart("collapse", collapsed, "Post-Norm without warmup",
                                         "不带 warmup 的 Post-Norm"))
+    report.charts.append(input_dependence_chart("input_dependence", [
+        (arms[arm][0].spec.label, arms[arm][0], *style[arm]) for arm in style]))
     best = {(p, w): largest_trained_lr(every, p, w, lrs, HIGH_LR, base)
             for p, w, _, _ in PLACEMENT_ARMS}
     report.table["columns"] = ["arm", f"final val loss at lr {HIGH_LR:g}", "diverged",
