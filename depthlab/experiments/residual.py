@@ -33,7 +33,6 @@ GREENS = ("#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b", "#00
 REDS = ("#fcae91", "#fb6a4a", "#ef3b2c", "#cb181d", "#a50f15", "#67000d", "#3b0008")
 
 
-
 def arm_name(depth: int, residual: str) -> str:
     return f"L{depth}-{residual}"
 
@@ -174,7 +173,7 @@ def _plateau(depths: list[int], left: dict, base: Baselines, b: Budget) -> dict[
     if stuck == depths[0]:
         return text(f"Without residual, not even {stuck} layer leaves the plateau in {steps} "
                     f"steps ({rule}).", f"{steps} 步内,去掉残差后连 {stuck} 层也没有离开平台({rule_zh})。")
-    escaped = [d for d in depths if d < stuck]
+    escaped = [d for d in depths if d < stuck and left[d]]
     return text(
         f"Without residual, {', '.join(map(str, escaped))} layer{'s' if len(escaped) > 1 else ''} "
         f"leave{'s' if len(escaped) == 1 else ''} the plateau and from {stuck} layers on no model "
