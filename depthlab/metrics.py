@@ -4,10 +4,14 @@ so a run can be charted while it trains.
 Every line has "kind" and "time" (unix seconds); kinds and their other keys:
     run_start  step, steps, world_size, device, resumed_from (step or null)
     train      step, tokens, loss, lr, grad_norm (before clipping), tokens_per_s
-    eval       step, tokens, val_loss
+    eval       step, tokens, val_loss (on windows spread over the whole val split,
+               batches.eval_offsets)
     probe      step, resid_rms (2L+1 values: embedding, then after each write),
                grad_resid_pre (L values: |dLoss/dx| arriving at each block's input),
-               grad_params (L values: norm of each block's parameter gradients)
+               grad_params (L values: norm of each block's parameter gradients),
+               input_dependence (mean total-variation distance of the predictions
+               from their average: 0 for a constant predictor); dense in a run's
+               first probe_every steps (depthlab/train/measures.py)
     run_end    step, status (completed | interrupted | failed), message, diverged (true when
                a non-finite loss or gradient stopped the run; a crash logs no diverged key)
 Readers ignore unknown keys and a truncated last line. On resume the trainer cuts

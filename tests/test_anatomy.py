@@ -7,6 +7,7 @@ import pytest
 from depthlab.errors import UserError
 from depthlab.probes import anatomy_of, anatomy_of_preset, evolution_table, shipped_configs
 from depthlab.probes.anatomy import load_hf_config
+from depthlab.probes.hybrid import HYBRID_TYPES
 
 
 def hand_count(raw: dict) -> int:
@@ -41,10 +42,16 @@ def test_llama_2_7b_is_the_published_count():
     assert anatomy_of("llama-2-7b").total_params == 6_738_415_616
 
 
-@pytest.mark.parametrize("name", shipped_configs())
+DENSE = [n for n in shipped_configs() if load_hf_config(n)["model_type"] not in HYBRID_TYPES]
+
+
+def test_every_shipped_config_says_where_its_numbers_come_from():
+    assert all(load_hf_config(n).get("_source") for n in shipped_configs())
+
+
+@pytest.mark.parametrize("name", DENSE)
 def test_shipped_configs_match_hand_counts(name):
     raw = load_hf_config(name)
-    assert raw.get("_source"), "every shipped config says where its numbers come from"
     a = anatomy_of(name, tokens=5)
     assert a.total_params == hand_count(raw)
     assert sum(a.params_by_component.values()) == a.total_params
@@ -97,3 +104,96 @@ def test_unreadable_config(tmp_path):
     other.write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(UserError):
         anatomy_of(str(other))
+
+
+def transformers_counts(raw: dict) -> dict[str, int]:
+    """The anchor's parameters by our components, from transformers' own Qwen3.5 model
+    built on the meta device from the same config; the MTP layer (whose weights
+    transformers skips) from its own decoder-layer and norm classes."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Qwen3_5Config"):
+        pytest.skip("transformers has no Qwen3.5 (needs 5.x)")
+    import torch
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as q35
+
+    fields = {k: v for k, v in raw.items() if not k.startswith("_")}
+    cfg = transformers.Qwen3_5Config(**fields)
+    with torch.device("meta"):
+        model = transformers.Qwen3_5ForConditionalGeneration(cfg)
+    counts: dict[str, int] = {}
+
+    def add(key: str, n: int) -> None:
+        counts[key] = counts.get(key, 0) + n
+
+    for name, p in model.named_parameters():
+        leaf = name.split(".")[-2] if name.endswith((".weight", ".bias")) else name.split(".")[-1]
+        if name.startswith("model.visual."):
+            add("vision", p.numel())
+        elif "embed_tokens" in name:
+            add("embedding", p.numel())
+        elif name.startswith("lm_head"):
+            add("lm_head", p.numel())
+        elif "norm" in leaf:
+            add("norm", p.numel())
+        elif ".self_attn." in name:
+            add("attention", p.numel())
+        elif ".mlp." in name:
+            add("ffn", p.numel())
+        elif leaf in ("in_proj_qkv", "out_proj"):
+            add("linear_projections", p.numel())
+        elif leaf in ("in_proj_z", "in_proj_b", "in_proj_a", "A_log", "dt_bias"):
+            add("linear_gates", p.numel())
+        elif leaf == "conv1d":
+            add("linear_conv", p.numel())
+        else:
+            raise AssertionError(f"unclassified parameter {name}")
+    tc = cfg.text_config
+    d = tc.hidden_size
+    mtp_cfg = transformers.Qwen3_5TextConfig(**(fields["text_config"] | {
+        "num_hidden_layers": 1, "layer_types": ["full_attention"]}))
+    with torch.device("meta"):
+        mtp = torch.nn.ModuleList([q35.Qwen3_5DecoderLayer(mtp_cfg, 0),
+                                   torch.nn.Linear(2 * d, d, bias=False)]
+                                  + [q35.Qwen3_5RMSNorm(d) for _ in range(3)])
+    counts["mtp"] = fields["text_config"]["mtp_num_hidden_layers"] * sum(
+        p.numel() for p in mtp.parameters())
+    return counts
+
+
+def test_anchor_is_counted_as_the_hybrid_checkpoint_it_is():
+    raw = load_hf_config("lesson-anchor")
+    a = anatomy_of("lesson-anchor")
+    assert a.params_by_component == transformers_counts(raw)
+    assert a.total_params == 27_781_427_952
+    assert a.params_by_component["ffn"] == 64 * 3 * 5120 * 17408 == 17_112_760_320
+    assert round(100 * a.ffn_share, 1) == 61.6  # the lesson's figure: trunk FFN / all weights
+    assert round(100 * a.text_ffn_share, 1) == 63.6  # without the vision tower and MTP
+    assert "all checkpoint weights" in a.share_definition
+    assert "no vision or mtp" in a.text_share_definition
+    assert dict(a.layer_kinds) == {"full_attention": 16, "linear_attention": 48}
+    shapes = dict(a.shapes)
+    assert shapes["q_proj (query | gate)"] == (5, 12288)
+    assert shapes["linear attn in_proj_qkv (q | k | v)"] == (5, 2 * 16 * 128 + 48 * 128)
+
+
+def test_hybrid_layer_types_follow_transformers_rule():
+    from depthlab.probes.hybrid import layer_types
+
+    kinds = layer_types({"num_hidden_layers": 8, "full_attention_interval": 4})
+    assert kinds == ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + [
+        "full_attention"]
+    with pytest.raises(UserError, match="layer_types must list 8 entries"):
+        layer_types({"num_hidden_layers": 8, "layer_types": ["full_attention"]})
+    with pytest.raises(UserError, match="full_attention_interval must be a positive integer"):
+        layer_types({"num_hidden_layers": 8, "full_attention_interval": 0})
+
+
+def test_hybrid_config_without_vision_or_mtp_has_one_definition(tmp_path):
+    raw = load_hf_config("lesson-anchor")
+    text = {k: v for k, v in raw["text_config"].items() if k != "mtp_num_hidden_layers"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen3_5", "text_config": text}))
+    a = anatomy_of(str(path))
+    assert "vision" not in a.params_by_component and "mtp" not in a.params_by_component
+    assert a.text_ffn_share is None
+    assert a.total_params == 27_781_427_952 - 460_730_096 - 424_699_392

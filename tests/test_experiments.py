@@ -49,12 +49,114 @@ def test_grid_differs_only_in_the_named_switches(name):
         assert all(set(diff(runs[0].cfg, r.cfg)) <= {"train.seed"} for r in runs)
 
 
-def test_residual_grid_is_the_lessons_pair_of_pairs():
-    b = BUDGETS["quick"]
-    specs = get_experiment("residual").grid(base_config(b), b, 1)
+def test_residual_is_a_depth_sweep_with_the_twelve_layer_pair_at_standard():
+    exp = get_experiment("residual")
+    quick, standard = BUDGETS["quick"], BUDGETS["standard"]
+    specs = exp.grid(base_config(quick), quick, quick.seeds)
     cells = {(s.cfg.model.n_layers, s.cfg.model.residual) for s in specs}
-    assert cells == {(4, "plain"), (4, "none"), (12, "plain"), (12, "none")}
+    assert cells == {(d, r) for d in (1, 2, 3, 4, 6, 8) for r in ("plain", "none")}
     assert all(s.cfg.model.placement == "pre" and s.cfg.model.final_norm for s in specs)
+    assert {s.cfg.train.steps for s in specs} == {quick.sweep_steps}
+    full = exp.grid(base_config(standard), standard, standard.seeds)
+    assert {s.cfg.model.n_layers for s in full} == {1, 2, 3, 4, 6, 8, 12}
+    assert standard.seeds >= 3 and {s.cfg.train.steps for s in full} == {standard.steps}
+
+
+def test_quick_sweep_costs_no_more_than_the_four_runs_it_replaces():
+    # Tests never time: the cost of a run is about depth x steps (the blocks dominate a
+    # step of the course model), and the old quick grid (4 and 12 layers, with and without
+    # residual, 300 steps) took about 7 minutes on 2 cores.
+    b = BUDGETS["quick"]
+    specs = get_experiment("residual").grid(base_config(b), b, b.seeds)
+    assert sum(s.cfg.model.n_layers * s.cfg.train.steps for s in specs) <= 2 * (4 + 12) * 300
+
+
+def test_norm_placement_grid_runs_over_learning_rate_at_standard():
+    exp = get_experiment("norm-placement")
+    standard, quick = BUDGETS["standard"], BUDGETS["quick"]
+    specs = exp.grid(base_config(standard), standard, 1)
+    cells = {(s.cfg.model.placement, s.cfg.train.warmup_steps > 0, s.cfg.train.lr) for s in specs}
+    assert cells == {(p, w, lr) for p in ("pre", "post") for w in (True, False)
+                     for lr in (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)}
+    from depthlab.experiments.catalog import HIGH_LR
+
+    assert all(HIGH_LR in b.lrs for b in BUDGETS.values())  # the arms the loss charts draw
+    names = {s.arm for s in exp.grid(base_config(quick), quick, 1)}
+    assert names == {"pre-warmup", "pre-nowarmup", "post-warmup", "post-nowarmup"}
+
+
+def test_largest_trained_lr_and_xiong_profile():
+    from depthlab.experiments.baselines import Baselines
+    from depthlab.experiments.catalog import xiong_profile
+    from depthlab.experiments.placement import largest_trained_lr
+    from depthlab.experiments.spec import RunResult, RunSpec
+
+    base = Baselines(unigram=3.3, bigram=2.5, tokens=100, windows=2, val_tokens=1000)
+
+    def run(loss):
+        return RunResult(RunSpec("a", 0, None, "a"), Path("."), [
+            {"kind": "eval", "step": 10, "val_loss": loss},
+            {"kind": "run_end", "step": 10, "status": "completed"}])
+
+    arms = {"post-nowarmup-lr0.002": [run(2.0)], "post-nowarmup-lr0.003": [run(2.1)],
+            "post-nowarmup": [run(3.29)]}
+    assert largest_trained_lr(arms, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) == 3e-3
+    arms["post-nowarmup-lr0.002"] = [run(3.31)]
+    arms["post-nowarmup-lr0.003"] = [run(3.28)]  # within 5% of unigram - bigram: stuck
+    assert largest_trained_lr(arms, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) is None
+    assert "both agree" in xiong_profile(2.0, 1.0)["en"]
+    mixed = xiong_profile(1.02, 0.30)["en"]
+    assert "Post-LN's is flat" in mixed and "Pre-LN's falls toward the output" in mixed
+    assert "Post-LN and Pre-LN differ" in mixed
+
+
+def test_plateau_depth_is_where_the_models_without_residual_stop_leaving():
+    from depthlab.experiments.residual import plateau_depth
+
+    depths = [1, 2, 3, 4, 6]
+    assert plateau_depth(depths, {1: True, 2: True, 3: False, 4: False, 6: False}) == 3
+    assert plateau_depth(depths, {1: True, 2: False, 3: True, 4: False, 6: False}) == 4
+    assert plateau_depth(depths, dict.fromkeys(depths, True)) is None
+    assert plateau_depth(depths, dict.fromkeys(depths, False)) == 1
+
+
+def test_ngram_baselines_by_hand():
+    import math
+
+    import numpy as np
+
+    from depthlab.experiments.baselines import ngram_losses
+
+    train = np.array([0, 1, 0, 1, 0, 2])  # counts 3, 2, 1; pairs 01 x2, 10 x2, 02 x1
+    prev, target = np.array([0, 1]), np.array([1, 0])
+    uni, bi = ngram_losses(train, prev, target, vocab=4)
+    assert uni == pytest.approx(-(math.log(3 / 10) + math.log(4 / 10)) / 2)
+    # P(1|0) = (2 + 1) / (3 + 4); P(0|1) = (2 + 1) / (2 + 4)
+    assert bi == pytest.approx(-(math.log(3 / 7) + math.log(3 / 6)) / 2)
+
+
+def test_eval_windows_spread_over_the_whole_split_without_overlap():
+    from depthlab.train.batches import eval_offsets
+
+    offsets, length = eval_offsets(10_000, 64, 1024)
+    assert length == 64 and len(offsets) == 16
+    assert all(b - a >= length for a, b in zip(offsets, offsets[1:], strict=False))
+    assert offsets[0] == 0 and offsets[-1] > 10_000 * 0.9 and offsets[-1] + length < 10_000
+    tiled, _ = eval_offsets(641, 64, 10**9)  # more than the split: every window, tiled
+    assert list(tiled) == [64 * i for i in range(10)]
+    short, n = eval_offsets(5, 64, 1024)
+    assert list(short) == [0] and n == 4
+
+
+def test_input_dependence_is_zero_for_a_constant_predictor():
+    import torch
+
+    from depthlab.train.measures import input_dependence
+
+    constant = torch.randn(1, 1, 7).expand(3, 5, 7)
+    assert input_dependence(constant) == pytest.approx(0.0, abs=1e-6)
+    sharp = 50 * torch.eye(4).reshape(1, 4, 4)  # four positions, each certain of another token
+    assert input_dependence(sharp) == pytest.approx(0.75, abs=1e-4)
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
@@ -70,7 +172,34 @@ def test_export_follows_the_schema_and_charts_exist(micro_runs, name):
             assert (root / f"{name}-{chart['id']}.{ext}").stat().st_size > 1000
     summary = (root / "summary.md").read_text()
     assert export["conclusions"][0]["en"] in summary
+    val = [c for c in export["charts"] if c["id"] == "val_loss"]
+    for chart in val:  # every loss chart carries the baselines of the tokens it is scored on
+        labels = [s["label"] for s in chart["series"]]
+        assert any(lb.startswith("unigram baseline") for lb in labels)
+        assert any(lb.startswith("bigram baseline") for lb in labels)
+    if val:
+        b = export["baselines"]
+        assert b["bigram"] < b["unigram"] and b["tokens"] == BUDGETS["micro"].eval_tokens
     assert json.loads((root / "status.json").read_text())["state"] == "done"
+
+
+def test_residual_export_draws_depth_with_spread_and_the_collapse(micro_runs):
+    export = json.loads((micro_runs / "residual" / "export.json").read_text())
+    charts = {c["id"]: c for c in export["charts"]}
+    depth = charts["depth"]
+    assert depth["series"][0]["x"] == list(BUDGETS["micro"].depths)
+    assert all(lo <= y <= hi for s in depth["series"][:2]
+               for lo, y, hi in zip(s["lo"], s["y"], s["hi"], strict=True))
+    collapse = charts["collapse"]["series"]
+    assert [s["label"] for s in collapse[:-1]] == ["gradient of block 1", "gradient of block 2"]
+    # dense probes early: every step of the first eval_every, then every eval_every
+    assert collapse[0]["x"] == [0, 1, 2, 4]
+    assert "input_dependence" in charts
+    assert any("Without residual at 2 layers" in c["en"] for c in export["conclusions"])
+    placement = json.loads((micro_runs / "norm-placement" / "export.json").read_text())
+    assert {"collapse", "lr", "input_dependence"} <= {c["id"] for c in placement["charts"]}
+    assert any(c["en"].startswith("Largest learning rate of 0.002, 0.005")
+               for c in placement["conclusions"])
 
 
 def test_rerun_skips_finished_runs(micro_runs, monkeypatch):

@@ -66,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nFFN share {100 * a.ffn_share:.1f}%; q_proj {m.d_model} -> {a.q_proj_width}{gate}; "
           f"{a.n_writes} residual writes; init std {a.init_std:g}, "
           f"0.02/sqrt(2L) = {a.residual_init_std:.5f}")
+    if a.layer_kinds:
+        print("trunk: " + ", ".join(f"{n} {kind} layers" for kind, n in a.layer_kinds)
+              + f" (per linear-attention layer {per['linear_attention']:,})")
+    print(f"FFN share = {a.share_definition}")
+    if a.text_ffn_share is not None:
+        print(f"text-only FFN share {100 * a.text_ffn_share:.1f}% = {a.text_share_definition}")
     return 0
 
 

@@ -28,11 +28,19 @@ def downsample(x: list[float], y: list[float], limit: int = MAX_POINTS) -> tuple
     return [x[i] for i in idx], [y[i] for i in idx]
 
 
+def _finite(ys: list[float]) -> list[float | None]:
+    return [None if v is None or not math.isfinite(v) else v for v in ys]
+
+
 def series(label: str, x: list[float], y: list[float], color: str | None = None,
-           dash: bool = False) -> dict[str, Any]:
+           dash: bool = False, lo: list[float] | None = None,
+           hi: list[float] | None = None) -> dict[str, Any]:
+    """One line; lo/hi (optional, same length as x) give the band of the seed spread."""
     xs, ys = downsample(x, y)
-    clean = [None if v is None or not math.isfinite(v) else v for v in ys]
-    return {"label": label, "x": xs, "y": clean, "color": color, "dash": dash}
+    out = {"label": label, "x": xs, "y": _finite(ys), "color": color, "dash": dash}
+    if lo is not None and hi is not None:
+        out["lo"], out["hi"] = _finite(downsample(x, lo)[1]), _finite(downsample(x, hi)[1])
+    return out
 
 
 def text(en: str, zh: str) -> dict[str, str]:
@@ -72,9 +80,15 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
         for s in spec["series"]:
             xs = [x for x, y in zip(s["x"], s["y"], strict=True) if y is not None]
             ys = [y for y in s["y"] if y is not None]
-            ax.plot(xs, ys, label=s["label"], color=s["color"],
-                    linestyle="--" if s["dash"] else "-", marker="o" if len(xs) <= 60 else None,
-                    markersize=3)
+            line, = ax.plot(xs, ys, label=s["label"], color=s["color"],
+                            linestyle="--" if s["dash"] else "-",
+                            marker="o" if len(xs) <= 60 else None, markersize=3)
+            if "lo" in s:
+                band = [(x, lo, hi) for x, lo, hi in zip(s["x"], s["lo"], s["hi"], strict=True)
+                        if lo is not None and hi is not None]
+                if band:
+                    bx, blo, bhi = zip(*band, strict=True)
+                    ax.fill_between(bx, blo, bhi, color=line.get_color(), alpha=0.18, linewidth=0)
         if spec["y_log"]:
             ax.set_yscale("log")
         ax.set_title(label(spec["title"]), fontsize=10)
@@ -109,6 +123,8 @@ def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
         "table": report.table,
         "conclusions": report.conclusions,
     }
+    if report.baselines is not None:
+        export["baselines"] = report.baselines
     atomic_write_text(root / EXPORT_FILE,
                       json.dumps(export, ensure_ascii=False, allow_nan=False, indent=1))
     for spec in report.charts:
@@ -208,9 +224,18 @@ def validate_export(obj: Any) -> list[str]:
             need(ok, f"charts[{i}].series[{j}]: x and y must be lists of equal length")
             need(ok and len(x) <= MAX_POINTS, f"charts[{i}].series[{j}]: over {MAX_POINTS} points")
             need(isinstance(s.get("label"), str), f"charts[{i}].series[{j}].label must be a string")
+            if "lo" in s or "hi" in s:
+                need(ok and all(isinstance(s.get(k), list) and len(s[k]) == len(x)
+                                for k in ("lo", "hi")),
+                     f"charts[{i}].series[{j}]: lo and hi must be lists as long as x")
     table = obj.get("table")
     need(isinstance(table, dict) and isinstance(table.get("columns"), list)
          and isinstance(table.get("rows"), list), "table must be {columns: [], rows: []}")
+    if "baselines" in obj:
+        b = obj["baselines"]
+        need(isinstance(b, dict) and all(isinstance(b.get(k), int | float)
+                                         for k in ("unigram", "bigram", "tokens")),
+             "baselines must be {unigram, bigram, tokens, ...} numbers")
     conclusions = obj.get("conclusions")
     need(isinstance(conclusions, list) and all(is_text(c) for c in conclusions),
          "conclusions must be a list of {en, zh}")

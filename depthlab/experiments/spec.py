@@ -30,19 +30,28 @@ class Budget:
     deepest: int  # the 48-layer stack of the stream-growth check (init only)
     model: tuple[str, ...] = ()  # extra overrides (micro shrinks the model)
     about: str = ""
+    depths: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)  # the residual depth sweep
+    sweep_steps: int | None = None  # steps of the depth sweep's runs (None: `steps`)
+    timing_rounds: int = 15  # rounds of the norm-type timing benchmark
+    lrs: tuple[float, ...] = (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)  # norm-placement's lr grid
 
 
 BUDGETS: dict[str, Budget] = {
     "micro": Budget("micro", steps=4, batch_size=4, seq_len=16, eval_every=2, eval_tokens=256,
                     seeds=1, shallow=2, deep=3, deepest=6,
                     model=("model.d_model=32", "model.n_heads=2", "model.context_len=32"),
-                    about="seconds; for tests only: the numbers mean nothing"),
+                    about="seconds; for tests only: the numbers mean nothing", depths=(1, 2, 3),
+                    timing_rounds=2, lrs=(2e-3, 5e-3)),
+    # The depth sweep at quick: 12 runs of 1-8 layers at 200 steps cost about as much as
+    # the old 4 runs of 4 and 12 layers at 300 (the sum of depths x steps: 9,600 either way);
+    # measured: 314 s of CPU time on one thread (/usr/bin/time, 2-core machine).
     "quick": Budget("quick", steps=300, batch_size=16, seq_len=64, eval_every=50,
                     eval_tokens=16384, seeds=1, shallow=4, deep=12, deepest=48,
-                    about="minutes on a 2-core laptop; what `depthlab lab` runs"),
+                    about="minutes on a 2-core laptop; what `depthlab lab` runs",
+                    depths=(1, 2, 3, 4, 6, 8), sweep_steps=200, lrs=(5e-3,)),
     "standard": Budget("standard", steps=500, batch_size=16, seq_len=64, eval_every=50,
-                       eval_tokens=16384, seeds=2, shallow=4, deep=12, deepest=48,
-                       about="the README's figures: 2 seeds; about an hour for all six on a "
+                       eval_tokens=16384, seeds=3, shallow=4, deep=12, deepest=48,
+                       about="the README's figures: 3 seeds; hours for all six on a "
                        "2-core laptop"),
     "full": Budget("full", steps=5000, batch_size=64, seq_len=256, eval_every=250,
                    eval_tokens=262144, seeds=3, shallow=4, deep=12, deepest=48,
@@ -93,6 +102,7 @@ class Report:
     charts: list[dict[str, Any]] = field(default_factory=list)
     table: dict[str, Any] = field(default_factory=lambda: {"columns": [], "rows": []})
     conclusions: list[dict[str, str]] = field(default_factory=list)
+    baselines: dict[str, Any] | None = None  # unigram/bigram on the scored tokens
 
 
 @dataclass(frozen=True)
@@ -109,15 +119,23 @@ def base_config(budget: Budget, corpus: str | None = None, threads: int = 0) -> 
     """The course model with the budget's training settings: every grid starts here."""
     cfg = course()
     cfg = replace(cfg, train=replace(
-        cfg.train, steps=budget.steps, batch_size=budget.batch_size, seq_len=budget.seq_len,
+        cfg.train, batch_size=budget.batch_size, seq_len=budget.seq_len,
         eval_every=budget.eval_every, eval_tokens=budget.eval_tokens,
-        probe_every=budget.eval_every, ckpt_every=max(budget.eval_every, budget.steps // 4),
-        warmup_steps=min(cfg.train.warmup_steps, budget.steps // 10), keep_ckpts=1,
-        threads=threads))
+        probe_every=budget.eval_every, keep_ckpts=1, threads=threads))
+    cfg = with_steps(cfg, budget.steps)
     overrides = list(budget.model)
     if corpus is not None:
         overrides.append(f"data.corpus={corpus}")
     return apply_overrides(cfg, overrides)
+
+
+def with_steps(cfg: Config, steps: int) -> Config:
+    """cfg trained for `steps`, with the schedule that depends on the length (warmup at
+    most a tenth of the run, a checkpoint at least every quarter) following it."""
+    tc = cfg.train
+    return replace(cfg, train=replace(
+        tc, steps=steps, ckpt_every=max(tc.eval_every, steps // 4),
+        warmup_steps=min(course().train.warmup_steps, steps // 10)))
 
 
 def variant(cfg: Config, *overrides: str) -> Config:

@@ -18,6 +18,15 @@ from typing import Any
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import ConfigError, UserError, read_json_object
+from depthlab.probes.hybrid import (
+    FULL,
+    HYBRID_TYPES,
+    LINEAR,
+    ffn_shares,
+    hybrid_counts,
+    layer_types,
+    text_config,
+)
 
 CONFIG_PACKAGE = "depthlab.data"
 
@@ -44,7 +53,9 @@ def _need(raw: dict[str, Any], key: str) -> Any:
 
 
 def model_config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """Map a GPT-2 or Llama-family (llama, mistral, qwen2, qwen3) config.json to a ModelConfig."""
+    """Map a GPT-2 or Llama-family (llama, mistral, qwen2, qwen3) config.json to a ModelConfig.
+    For a hybrid (qwen3_5) it is the model its full-attention layers would make if every
+    layer were one: the shapes of those layers; `hybrid_anatomy` counts the real mix."""
     kind = raw.get("model_type")
     try:
         if kind == "gpt2":
@@ -56,8 +67,10 @@ def model_config_from_hf(raw: dict[str, Any]) -> ModelConfig:
                 norm_eps=raw.get("layer_norm_epsilon", 1e-5), position="learned", bias=True,
                 tie_embeddings=raw.get("tie_word_embeddings", True), scaled_init=True,
             )
-        elif kind in ("llama", "mistral", "qwen2", "qwen3"):
-            zero_centered = bool(raw.get("zero_centered_norm", False))
+        elif kind in ("llama", "mistral", "qwen2", "qwen3", *HYBRID_TYPES):
+            hybrid = kind in HYBRID_TYPES  # the full-attention layers of a hybrid trunk
+            raw = text_config(raw) | {"tie_word_embeddings": raw.get("tie_word_embeddings", False)}
+            zero_centered = hybrid or bool(raw.get("zero_centered_norm", False))
             cfg = ModelConfig(
                 vocab_size=_need(raw, "vocab_size"),
                 context_len=raw.get("max_position_embeddings", 4096),
@@ -66,15 +79,15 @@ def model_config_from_hf(raw: dict[str, Any]) -> ModelConfig:
                 n_kv_heads=raw.get("num_key_value_heads"), head_dim=raw.get("head_dim"),
                 d_ff=_need(raw, "intermediate_size"), ffn="swiglu",
                 norm="rmsnorm_zero_centered" if zero_centered else "rmsnorm",
-                norm_eps=raw.get("rms_norm_eps", 1e-6), qk_norm=kind == "qwen3",
-                attn_gate=bool(raw.get("attn_output_gate", False)),
+                norm_eps=raw.get("rms_norm_eps", 1e-6), qk_norm=kind == "qwen3" or hybrid,
+                attn_gate=bool(raw.get("attn_output_gate", hybrid)),
                 rope_theta=float(raw.get("rope_theta", 10000.0)),
                 qkv_bias=kind == "qwen2" or bool(raw.get("attention_bias", False)),
                 tie_embeddings=bool(raw.get("tie_word_embeddings", False)), scaled_init=False,
             )
         else:
             raise UserError(f"model_type {kind!r} is not supported; supported: gpt2, llama, "
-                            "mistral, qwen2, qwen3")
+                            "mistral, qwen2, qwen3, qwen3_5 (hybrid)")
         return validate_model(cfg)
     except (TypeError, ValueError) as e:
         if isinstance(e, ConfigError):
@@ -98,6 +111,10 @@ class Anatomy:
     n_writes: int  # 2L
     init_std: float
     residual_init_std: float  # 0.02 / sqrt(2L), the GPT-2 rule
+    share_definition: str = "FFN parameters / all parameters"
+    text_ffn_share: float | None = None  # hybrids with a vision tower or MTP: FFN / text model
+    text_share_definition: str = ""
+    layer_kinds: tuple[tuple[str, int], ...] = ()  # hybrids: (kind, layers)
 
     def to_json(self) -> dict:
         return {"kind": "anatomy", "name": self.name, "source": self.source,
@@ -108,7 +125,10 @@ class Anatomy:
                 "total_params": self.total_params, "ffn_share": self.ffn_share,
                 "ffn_multiple": self.ffn_multiple, "q_proj_width": self.q_proj_width,
                 "attn_gate": self.model.attn_gate, "n_writes": self.n_writes,
-                "init_std": self.init_std, "residual_init_std": self.residual_init_std}
+                "init_std": self.init_std, "residual_init_std": self.residual_init_std,
+                "share_definition": self.share_definition, "text_ffn_share": self.text_ffn_share,
+                "text_share_definition": self.text_share_definition,
+                "layer_kinds": dict(self.layer_kinds)}
 
 
 @lru_cache(maxsize=128)
@@ -166,8 +186,45 @@ def _param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int]]:
 def anatomy_of(name_or_path: str, tokens: int = 5) -> Anatomy:
     """Anatomy of a shipped config name (see `shipped_configs()`) or a config.json path."""
     raw = load_hf_config(name_or_path)
-    return anatomy(model_config_from_hf(raw), tokens, name=Path(name_or_path).stem,
-                   source=str(raw.get("_source", name_or_path)))
+    name, source = Path(name_or_path).stem, str(raw.get("_source", name_or_path))
+    if raw.get("model_type") in HYBRID_TYPES:
+        return hybrid_anatomy(raw, tokens, name, source)
+    return anatomy(model_config_from_hf(raw), tokens, name=name, source=source)
+
+
+def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> Anatomy:
+    """A hybrid checkpoint: the shapes of its full-attention and linear-attention layers,
+    and its parameters counted as it really is (depthlab/probes/hybrid.py): linear
+    attention, vision tower and MTP layers each a component of their own."""
+    m = model_config_from_hf(raw)
+    base = anatomy(m, tokens, name=name, source=source)
+    tc = text_config(raw)
+    counts = hybrid_counts(raw)
+    kinds = layer_types(tc)
+    share, text_share = ffn_shares(counts)
+    nv, dv = tc.get("linear_num_value_heads", 32), tc.get("linear_value_head_dim", 128)
+    key_dim = tc.get("linear_num_key_heads", 16) * tc.get("linear_key_head_dim", 128)
+    T, d = base.tokens, m.d_model
+    shapes = base.shapes[:7] + (
+        ("linear attn in_proj_qkv (q | k | v)", (T, 2 * key_dim + nv * dv)),
+        ("linear attn gates z | b | a", (T, nv * dv + 2 * nv)),
+        ("linear attn write (out_proj)", (T, d)),
+    ) + base.shapes[7:]
+    per_layer = dict(base.params_per_layer)
+    per_layer["linear_attention"] = sum(
+        counts.get(k, 0) for k in ("linear_projections", "linear_gates", "linear_conv")
+    ) // max(1, kinds.count(LINEAR))
+    other = [k for k in ("vision", "mtp") if k in counts]
+    return replace(
+        base, shapes=shapes, params_by_component=counts, params_per_layer=per_layer,
+        total_params=sum(counts.values()), ffn_share=share,
+        share_definition=f"FFN of the {len(kinds)} trunk layers / all checkpoint weights"
+        + (f" (with {' and '.join(other)})" if other else ""),
+        text_ffn_share=text_share if other else None,
+        text_share_definition=(f"FFN of the {len(kinds)} trunk layers / the text model "
+                               f"(embedding, trunk, final norm, LM head; no {' or '.join(other)})"
+                               if other else ""),
+        layer_kinds=((FULL, kinds.count(FULL)), (LINEAR, kinds.count(LINEAR))))
 
 
 def anatomy_of_preset(preset: str, tokens: int = 5) -> Anatomy:

@@ -97,7 +97,7 @@ def rows() -> list[tuple[str, str, str, str]]:
          f"{anatomy_of('deepseek-llm-67b').model.ffn_hidden}"),
         ("anchor FFN width", "lesson-anchor / qwen3-14b", "5120 -> 17408 (3.4d)",
          f"{anchor.model.d_model} -> {anchor.model.ffn_hidden} ({anchor.ffn_multiple:.2f}d)"),
-        ("anchor FFN share", "lesson-anchor (assumed KV heads, vocab)", "61.6%",
+        ("anchor FFN share", "lesson-anchor: trunk FFN / all checkpoint weights", "61.6%",
          f"{100 * anchor.ffn_share:.1f}% (qwen3-14b: {100 * q14.ffn_share:.1f}%)"),
         ("anchor q_proj with output gate", "lesson-anchor", "5120 -> 12288 = 2 x 6144",
          f"{anchor.model.d_model} -> {anchor.q_proj_width}"),

@@ -35,16 +35,21 @@ def train_batch(ids: np.ndarray, seed: int, step: int, micro: int, batch_size: i
 
 
 def eval_offsets(n_tokens: int, seq_len: int, eval_tokens: int) -> tuple[np.ndarray, int]:
-    """Fixed, non-overlapping validation windows from the start of the val split:
-    (offsets, window length). A val split shorter than seq_len + 1 gives one shorter window."""
+    """Fixed, non-overlapping validation windows spread evenly over the whole val split:
+    (offsets, window length). Reading only the start of the split biases the loss toward
+    that stretch of text; evenly spaced windows sample all of it. When eval_tokens covers
+    the split, the windows tile it. A val split shorter than seq_len + 1 gives one
+    shorter window."""
     length = min(seq_len, n_tokens - 1)
-    count = max(1, min(eval_tokens // length, (n_tokens - 1) // length))
-    return np.arange(count) * length, length
+    fit = (n_tokens - 1) // length  # windows (plus their next-token target) that fit
+    count = max(1, min(eval_tokens // length, fit))
+    slots = np.linspace(0, fit - 1, count).round().astype(np.int64)  # distinct: count <= fit
+    return slots * length, length
 
 
 def fixed_batch(ids: np.ndarray, batch_size: int, seq_len: int,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `batch_size` validation windows: the fixed batch probes measure on, so
-    a run's probe lines and an init-time measurement see the same tokens."""
+    """`batch_size` validation windows spread over the split: the fixed batch probes
+    measure on, so a run's probe lines and an init-time measurement see the same tokens."""
     offsets, length = eval_offsets(len(ids), seq_len, batch_size * seq_len)
     return windows(ids, offsets[:batch_size], length, device)

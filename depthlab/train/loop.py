@@ -29,6 +29,7 @@ from depthlab.rundir import CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE, read_conf
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime
 from depthlab.train.checkpoint import checkpoint_dirs, load_latest, save_checkpoint
+from depthlab.train.measures import input_dependence, probe_due
 from depthlab.train.optim import lr_at, make_optimizer
 
 # Keys that describe where a run executes, not what it computes: a resume may change them.
@@ -114,7 +115,8 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
     names = ["hook_embed"] + [f"blocks.{i}.hook_{s}" for i in range(L)
                               for s in ("resid_pre", "resid_mid", "resid_post")]
     with torch.enable_grad(), model.hooks(fwd=[(n, keep) for n in names]):
-        loss = _loss(model(x), y)
+        logits = model(x)
+        loss = _loss(logits, y)
         pre = [acts[f"blocks.{i}.hook_resid_pre"] for i in range(L)]
         params = [list(b.parameters()) for b in model.blocks]
         grads = torch.autograd.grad(loss, pre + [p for ps in params for p in ps],
@@ -130,7 +132,7 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
         grad_params.append(math.sqrt(sq))
     return {"loss": loss.item(), "resid_rms": [rms(acts[n]) for n in writes],
             "grad_resid_pre": [g.float().norm().item() for g in grads[:L]],
-            "grad_params": grad_params}
+            "grad_params": grad_params, "input_dependence": input_dependence(logits)}
 
 
 def train(
@@ -309,7 +311,7 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                                        "tokens_per_s": tokens_per_step / dt})
                 if step % tc.eval_every == 0 or step == tc.steps:
                     val_loss = log_eval(step)
-                if step % tc.probe_every == 0 or step == tc.steps:
+                if probe_due(step, tc.probe_every, tc.steps):
                     log_probe(step)
                 stop_now = torch.tensor(float(stop.requested), device=rt.device)
                 out_of_budget = max_steps is not None and step - start_step >= max_steps
