@@ -79,3 +79,39 @@ class AnatomyRequest(_Request):
     config: str = Field("course", max_length=60, pattern=r"^[A-Za-z0-9_.-]+$",
                         description="a preset name or a shipped config name")
     tokens: int = Field(5, ge=1, le=64, description="T: tokens in the traced sentence")
+
+
+# ---- what the API answers when it refuses ------------------------------------------------
+class ErrorBody(BaseModel):
+    """Every 4xx answer: one line that names the field and what is allowed."""
+
+    error: str = Field(..., description="field: what is wrong and what is allowed")
+
+
+class FieldError(BaseModel):
+    field: str = Field(..., description="`n`, `x.3`, or `body` for the body as a whole")
+    message: str
+    type: str = Field(..., description="pydantic's error type, e.g. less_than_equal")
+
+
+class ValidationErrorBody(ErrorBody):
+    """422: the request did not match the endpoint's schema; one entry per field."""
+
+    detail: list[FieldError]
+
+
+ERROR_DESCRIPTIONS = {
+    400: "the input is well-formed but names something that cannot be used",
+    403: "a POST from another origin, or without the page's token (see docs/page.md)",
+    404: "no such experiment, or no data for it yet",
+    409: "another experiment is already running",
+    413: "the request body is larger than 64 KiB",
+    415: "a POST whose Content-Type is not application/json",
+    422: "the request does not match this endpoint's schema",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict]:
+    """The `responses=` of an endpoint: the schema of each 4xx it can answer."""
+    return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody,
+                   "description": ERROR_DESCRIPTIONS[code]} for code in codes}

@@ -29,6 +29,15 @@
 
   function live() {
     const cache = lru(1000);
+    // POSTs carry this server's token, which only a page of its own origin can read from
+    // /api/meta; forgotten on a 403 (the server was restarted) and read again.
+    let token = null;
+    function postHeaders() {
+      token = token || fetch("api/meta").then((r) => r.json())
+        .then((m) => ({ "content-type": "application/json", [m.token_header]: m.write_token }))
+        .catch((e) => { token = null; throw e; });
+      return token;
+    }
     async function call(method, path, body) {
       const key = method + " " + path + " " + JSON.stringify(body || null);
       const hit = cache.get(key);
@@ -37,11 +46,12 @@
       DL.stats.inFlight++;
       DL.stats.maxInFlight = Math.max(DL.stats.maxInFlight, DL.stats.inFlight);
       try {
-        const opts = { method, headers: { "content-type": "application/json" } };
+        const opts = { method, headers: method === "POST" ? await postHeaders() : {} };
         if (body) opts.body = JSON.stringify(body);
         const r = await fetch(path, opts);
         const data = await r.json();
         if (!r.ok) {
+          if (r.status === 403) token = null;
           const e = new Error(data.error || "HTTP " + r.status);
           e.status = r.status;
           throw e;
@@ -77,13 +87,15 @@
       experiments: () => fresh("api/experiments"),
       experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
       status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
-      run: (name, budget) =>
+      run: (name, budget) => postHeaders().then((headers) =>
         fetch("api/experiments/" + encodeURIComponent(name) + "/run", {
-          method: "POST", headers: { "content-type": "application/json" },
-          body: JSON.stringify({ budget }),
-        }).then(async (r) => {
+          method: "POST", headers, body: JSON.stringify({ budget }),
+        })).then(async (r) => {
           const d = await r.json();
-          if (!r.ok) throw new Error(d.error || "HTTP " + r.status);
+          if (!r.ok) {
+            if (r.status === 403) token = null;
+            throw new Error(d.error || "HTTP " + r.status);
+          }
           return d;
         }),
     };
