@@ -14,18 +14,21 @@ from __future__ import annotations
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
+from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
+from depthlab.presets import PRESETS
 from depthlab.web import compute, lesson
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, GuardedRoute, new_token
-from depthlab.web.runs import RunError, Runs
+from depthlab.web.runs import NAME_RE, RunError, Runs
 from depthlab.web.schemas import (
     BUDGETS,
     MAX_G,
@@ -55,6 +58,15 @@ WRITE = error_responses(403, 413, 415, 422)
 TOKEN_SCHEME = {"pageToken": {"type": "apiKey", "in": "header", "name": TOKEN_HEADER,
                               "description": "this server's token, from GET /api/meta (write_token)"}}
 SECURED = {"security": [{"pageToken": []}]}
+
+
+# The names a request may use, as enums in the schema (the registry and the shipped configs).
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+Placement = Literal[PLACEMENTS]  # type: ignore[valid-type]
+ModelName = Literal[tuple(dict.fromkeys(sum(compute.anatomy_names().values(), [])))]  # type: ignore[valid-type]
+
+ExperimentName = Annotated[str, PathParam(pattern=NAME_RE.pattern, examples=["residual"],
+                                          description="an experiment, or any RUNS/NAME with export.json")]
 
 
 def _field(error: dict) -> str:
@@ -115,6 +127,15 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
         messages = [f"{d['field']}: {d['message']}" for d in detail]
         return JSONResponse({"error": "; ".join(messages), "detail": detail}, status_code=422)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8)
+            message = "body: cannot be decoded as JSON text (UTF-8)"
+            return JSONResponse({"error": message, "detail": [
+                {"field": "body", "message": message, "type": "json_invalid"}]}, status_code=422)
+        return JSONResponse({"error": f"{request.url.path}: {exc.detail}"},
+                            status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=400)
@@ -165,19 +186,19 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     def growth(req: Annotated[GrowthRequest, Body()]) -> dict:
         return compute.growth(req)
 
-    @app.get("/api/block", tags=["model"], responses=error_responses(400, 413, 422),
+    @app.get("/api/block", tags=["model"], responses=error_responses(413, 422),
              summary="One block of a preset, for the diagram")
-    def block(preset: Annotated[str, Query(max_length=40)] = "course",
-              placement: Annotated[str | None, Query(max_length=20)] = None) -> dict:
+    def block(preset: Annotated[PresetName, Query()] = "course",
+              placement: Annotated[Placement | None, Query()] = None) -> dict:
         return lesson.block(preset, placement)
 
     @app.get("/api/anatomy", tags=["model"], responses=READ, summary="Models the anatomy can describe")
     def anatomy_names() -> dict:
         return compute.anatomy_names()
 
-    @app.get("/api/anatomy/{config}", tags=["model"], responses=error_responses(400, 413, 422),
+    @app.get("/api/anatomy/{config}", tags=["model"], responses=error_responses(413, 422),
              summary="Shapes per stage and parameters per component of one model")
-    def anatomy(config: Annotated[str, PathParam(max_length=60, pattern=r"^[A-Za-z0-9_.-]+$")],
+    def anatomy(config: Annotated[ModelName, PathParam()],
                 tokens: Annotated[int, Query(ge=1, le=64)] = 5) -> dict:
         return compute.anatomy(AnatomyRequest(config=config, tokens=tokens))
 
@@ -191,21 +212,21 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     def experiments() -> list[dict]:
         return runs.summary()
 
-    @app.get("/api/experiments/{name}", tags=["measurements"], responses=error_responses(404, 413),
+    @app.get("/api/experiments/{name}", tags=["measurements"], responses=error_responses(404, 413, 422),
              summary="An experiment's export.json")
-    def experiment(name: str) -> dict:
+    def experiment(name: ExperimentName) -> dict:
         return runs.export(name)
 
     @app.get("/api/experiments/{name}/status", tags=["measurements"],
-             responses=error_responses(404, 413),
+             responses=error_responses(404, 413, 422),
              summary="Progress of the background run (status.json)")
-    def experiment_status(name: str) -> dict:
+    def experiment_status(name: ExperimentName) -> dict:
         return runs.status(name)
 
     @app.post("/api/experiments/{name}/run", tags=["measurements"], status_code=202,
               responses=error_responses(403, 404, 409, 413, 415, 422), openapi_extra=SECURED,
               summary="Start the experiment in the background (one at a time; 409 if busy)")
-    def experiment_run(name: str, req: Annotated[RunRequest, Body()]) -> dict:
+    def experiment_run(name: ExperimentName, req: Annotated[RunRequest, Body()]) -> dict:
         return runs.start(name, req.budget)
 
     default_openapi = app.openapi

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 MAX_N = 64  # the simulator's depth slider
 MIN_G, MAX_G = 0.5, 2.0  # the gain slider
@@ -20,11 +20,19 @@ MAX_GROWTH_WRITES = 256
 BUDGETS = ("micro", "quick")  # what the page may start; longer budgets belong on the CLI
 
 
+def _json_integer(v: object) -> object:
+    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), "3" is not."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+AS_INTEGER = BeforeValidator(_json_integer)  # after the Field, so the schema keeps its bounds
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # JSON types as the schema says
 
 
-Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack")]
+Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack"), AS_INTEGER]
 Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
 
@@ -49,26 +57,27 @@ class SweepRequest(Toggles):
 
 
 class PathsRequest(_Request):
-    n: int = Field(2, ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0")
+    n: Annotated[int, Field(ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0"),
+                 AS_INTEGER] = 2
     a: float = Field(0.5, ge=-10.0, le=10.0, description="scalar sublayer F(x) = a x")
 
 
 class NormsRequest(_Request):
-    x: tuple[float, ...] = Field(..., min_length=1, max_length=MAX_VECTOR,
-                                 description=f"the vector, 1 to {MAX_VECTOR} finite numbers")
+    x: tuple[Annotated[float, Field(ge=-MAX_ABS, le=MAX_ABS, allow_inf_nan=False)], ...] = Field(
+        ..., min_length=1, max_length=MAX_VECTOR,
+        description=f"the vector, 1 to {MAX_VECTOR} finite numbers, each within +-{MAX_ABS:g}")
     eps: float = Field(1e-5, gt=0.0, le=1.0)
 
-    @field_validator("x")
+    @field_validator("x", mode="before")
     @classmethod
-    def _bounded(cls, x: tuple[float, ...]) -> tuple[float, ...]:
-        for v in x:
-            if not abs(v) <= MAX_ABS:  # also refuses nan
-                raise ValueError(f"every number must be finite and within +-{MAX_ABS:g}")
-        return x
+    def _array(cls, x: object) -> object:
+        """A JSON array arrives as a list; strict mode takes only a tuple for a tuple."""
+        return tuple(x) if isinstance(x, list) else x
 
 
 class GrowthRequest(_Request):
-    writes: int = Field(128, ge=1, le=MAX_GROWTH_WRITES, description="writes into the stream")
+    writes: Annotated[int, Field(ge=1, le=MAX_GROWTH_WRITES, description="writes into the stream"),
+                      AS_INTEGER] = 128
 
 
 class RunRequest(_Request):
