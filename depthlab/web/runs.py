@@ -7,8 +7,9 @@ offer "run it now" with live progress without blocking the server.
 
 A started run is recorded in `RUNS/.page-NAME.job.json` (its PID and the kernel's
 start time of that PID), so the record outlives the server. A run can end without
-writing its last status: the server stops it on shutdown (SIGTERM before training
-has begun, or SIGKILL after 5 s), or the server and the run are both killed. So
+writing its last status: the server stops it on shutdown (SIGTERM, which a run outside
+its training loop does not survive to record; SIGKILL after 5 s), or the server and
+the run are both killed. So
 whenever a recorded run is found gone while its status.json still says "running"
 (at shutdown, at the next start-up, at a status request) the status is rewritten
 as "interrupted". A run still alive after its server died (kill -9 of the server
@@ -224,6 +225,7 @@ class Runs:
         with self._lock:
             if self._proc is None:
                 return
+            name = self._job["experiment"]
             if self._proc.poll() is None:
                 self._proc.terminate()
                 try:
@@ -231,4 +233,6 @@ class Runs:
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
                     self._proc.wait()
-            self._settle(self._job["experiment"], "the server that started it was stopped")
+                self._settle(name, "the server that started it was stopped")
+            elif self._record_path(name).exists():  # ended unseen: no status request since
+                self._settle(name, f"its process ended with exit code {self._proc.returncode}")

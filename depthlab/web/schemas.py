@@ -110,7 +110,6 @@ class ValidationErrorBody(ErrorBody):
 
 
 ERROR_DESCRIPTIONS = {
-    400: "the input is well-formed but names something that cannot be used",
     403: "a POST from another origin, or without the page's token (see docs/page.md)",
     404: "no such experiment, or no data for it yet",
     409: "another experiment is already running",
