@@ -142,6 +142,30 @@ def test_reads_and_unknown_methods_are_not_guarded(client):
     assert client.delete("/api/simulate").status_code == 405
 
 
+def test_routes_of_an_included_router_are_guarded_and_documented(tmp_path):
+    from fastapi import APIRouter
+
+    extra = APIRouter(prefix="/api/extra")
+    calls = []
+
+    @extra.post("/echo")
+    def echo(body: dict) -> dict:
+        calls.append(body)
+        return body
+
+    app = create_app(tmp_path, warm=False)
+    app.include_router(extra)  # after create_app, as a feature module would
+    c = TestClient(app)
+    token = app.state.write_token
+    assert c.post("/api/extra/echo", json={"a": 1}, headers={"origin": "https://evil.example",
+                                                              TOKEN_HEADER: token}).status_code == 403
+    assert c.post("/api/extra/echo", json={"a": 1}).status_code == 403
+    assert c.post("/api/extra/echo", json={"a": 1}, headers=page_headers(token)).json() == {"a": 1}
+    assert calls == [{"a": 1}]
+    op = c.get("/openapi.json").json()["paths"]["/api/extra/echo"]["post"]
+    assert {"403", "413", "415", "422"} <= set(op["responses"]) and op["security"]
+
+
 # ---- body limit -------------------------------------------------------------------------------
 def test_a_body_over_64_kib_is_413(client, token):
     body = json.dumps({"x": [1.0] * 40_000}).encode()  # 200 KB

@@ -27,7 +27,7 @@ from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
 from depthlab.presets import PRESETS
 from depthlab.web import compute, lesson
-from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, GuardedRoute, new_token
+from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
 from depthlab.web.runs import NAME_RE, RunError, Runs
 from depthlab.web.schemas import (
     BUDGETS,
@@ -44,6 +44,7 @@ from depthlab.web.schemas import (
     RunRequest,
     SimulateRequest,
     SweepRequest,
+    document_server_errors,
     error_responses,
 )
 
@@ -52,12 +53,8 @@ CSP = "default-src 'self'; frame-ancestors 'none'"
 LIMITS = {"n": [1, MAX_N], "g": [MIN_G, MAX_G], "g_step": 0.05, "vector_length": MAX_VECTOR,
           "paths_n": [1, MAX_PATH_N], "paths_a": [-10.0, 10.0], "growth_writes": [1, MAX_GROWTH_WRITES],
           "budgets": list(BUDGETS), "background_runs": 1, "max_body_bytes": MAX_BODY}
-# The 4xx answers of each kind of endpoint (any request may be too large: 413).
-READ = error_responses(413)
-WRITE = error_responses(403, 413, 415, 422)
 TOKEN_SCHEME = {"pageToken": {"type": "apiKey", "in": "header", "name": TOKEN_HEADER,
                               "description": "this server's token, from GET /api/meta (write_token)"}}
-SECURED = {"security": [{"pageToken": []}]}
 
 
 # The names a request may use, as enums in the schema (the registry and the shipped configs).
@@ -103,13 +100,23 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
                   "lesson on residual connections and normalization.")
     app.state.runs = runs
     app.state.write_token = new_token()
-    app.router.route_class = GuardedRoute  # every API route checks writes before parsing
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        """FastAPI's schema plus the 4xx that the server adds around every endpoint
+        (built at the first request, so routes added after this line are covered too)."""
+        if app.openapi_schema is None:
+            document_server_errors(default_openapi(), TOKEN_SCHEME)
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware
 
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.add_middleware(WriteGuard)  # outside BodyLimit: a refused write is not even read
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -152,7 +159,7 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     # ---- the API ---------------------------------------------------------------------------
-    @app.get("/api/meta", tags=["page"], responses=READ,
+    @app.get("/api/meta", tags=["page"],
              summary="Version, input bounds, presets, experiments, the token for POSTs")
     def meta() -> dict:
         # No CORS header is ever sent, so only a page of this origin can read write_token.
@@ -161,81 +168,66 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
                 "runs_dir": str(runs.root), "write_token": app.state.write_token,
                 "token_header": TOKEN_HEADER}
 
-    @app.post("/api/simulate", tags=["simulator"], responses=WRITE, openapi_extra=SECURED,
+    @app.post("/api/simulate", tags=["simulator"],
               summary="Plain (red) and improved (green) stack for one N, g and toggles")
     def simulate(req: Annotated[SimulateRequest, Body()]) -> dict:
         return compute.simulate(req)
 
-    @app.post("/api/sweep", tags=["simulator"], responses=WRITE, openapi_extra=SECURED,
+    @app.post("/api/sweep", tags=["simulator"],
               summary="Bottom/top gradient ratio over g in [0.5, 2.0], both rows")
     def sweep(req: Annotated[SweepRequest, Body()]) -> dict:
         return compute.sweep(req)
 
-    @app.post("/api/paths", tags=["arithmetic"], responses=WRITE, openapi_extra=SECURED,
-              summary="Residual path expansion (1 + a)^N")
+    @app.post("/api/paths", tags=["arithmetic"], summary="Residual path expansion (1 + a)^N")
     def paths(req: Annotated[PathsRequest, Body()]) -> dict:
         return compute.paths(req)
 
-    @app.post("/api/norms", tags=["arithmetic"], responses=WRITE, openapi_extra=SECURED,
-              summary="LayerNorm vs RMSNorm on one vector")
+    @app.post("/api/norms", tags=["arithmetic"], summary="LayerNorm vs RMSNorm on one vector")
     def norms(req: Annotated[NormsRequest, Body()]) -> dict:
         return compute.norms(req)
 
-    @app.post("/api/growth", tags=["simulator"], responses=WRITE, openapi_extra=SECURED,
-              summary="Stream RMS after each write vs sqrt(1 + k)")
+    @app.post("/api/growth", tags=["simulator"], summary="Stream RMS after each write vs sqrt(1 + k)")
     def growth(req: Annotated[GrowthRequest, Body()]) -> dict:
         return compute.growth(req)
 
-    @app.get("/api/block", tags=["model"], responses=error_responses(413, 422),
-             summary="One block of a preset, for the diagram")
+    @app.get("/api/block", tags=["model"], summary="One block of a preset, for the diagram")
     def block(preset: Annotated[PresetName, Query()] = "course",
               placement: Annotated[Placement | None, Query()] = None) -> dict:
         return lesson.block(preset, placement)
 
-    @app.get("/api/anatomy", tags=["model"], responses=READ, summary="Models the anatomy can describe")
+    @app.get("/api/anatomy", tags=["model"], summary="Models the anatomy can describe")
     def anatomy_names() -> dict:
         return compute.anatomy_names()
 
-    @app.get("/api/anatomy/{config}", tags=["model"], responses=error_responses(413, 422),
+    @app.get("/api/anatomy/{config}", tags=["model"],
              summary="Shapes per stage and parameters per component of one model")
     def anatomy(config: Annotated[ModelName, PathParam()],
                 tokens: Annotated[int, Query(ge=1, le=64)] = 5) -> dict:
         return compute.anatomy(AnatomyRequest(config=config, tokens=tokens))
 
-    @app.get("/api/evolution", tags=["model"], responses=READ,
-             summary="The evolution table, computed from configs")
+    @app.get("/api/evolution", tags=["model"], summary="The evolution table, computed from configs")
     def evolution() -> list[dict]:
         return compute.evolution()
 
-    @app.get("/api/experiments", tags=["measurements"], responses=READ,
-             summary="Experiments and whether data exist")
+    @app.get("/api/experiments", tags=["measurements"], summary="Experiments and whether data exist")
     def experiments() -> list[dict]:
         return runs.summary()
 
-    @app.get("/api/experiments/{name}", tags=["measurements"], responses=error_responses(404, 413, 422),
+    @app.get("/api/experiments/{name}", tags=["measurements"], responses=error_responses(404),
              summary="An experiment's export.json")
     def experiment(name: ExperimentName) -> dict:
         return runs.export(name)
 
     @app.get("/api/experiments/{name}/status", tags=["measurements"],
-             responses=error_responses(404, 413, 422),
+             responses=error_responses(404),
              summary="Progress of the background run (status.json)")
     def experiment_status(name: ExperimentName) -> dict:
         return runs.status(name)
 
     @app.post("/api/experiments/{name}/run", tags=["measurements"], status_code=202,
-              responses=error_responses(403, 404, 409, 413, 415, 422), openapi_extra=SECURED,
+              responses=error_responses(404, 409),
               summary="Start the experiment in the background (one at a time; 409 if busy)")
     def experiment_run(name: ExperimentName, req: Annotated[RunRequest, Body()]) -> dict:
         return runs.start(name, req.budget)
 
-    default_openapi = app.openapi
-
-    def openapi() -> dict:
-        """FastAPI's schema plus the token scheme that the POSTs name in `security`."""
-        if app.openapi_schema is None:
-            default_openapi().setdefault("components", {})["securitySchemes"] = TOKEN_SCHEME
-        return app.openapi_schema
-
-    app.openapi = openapi
     return app

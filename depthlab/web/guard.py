@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Callable
-from typing import Any
 
-from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 TOKEN_HEADER = "X-Depthlab-Token"
@@ -73,18 +71,24 @@ def refuse_write(request: Request, token: str) -> Response | None:
     return None
 
 
-class GuardedRoute(APIRoute):
-    """An API route that runs `refuse_write` after routing and before the body is parsed,
-    so an unknown method still gets 405 and a refused request is never executed."""
+class WriteGuard:
+    """ASGI middleware: `refuse_write` for every request that a route of the app would
+    execute (its path and method match), whichever router added the route. A method no
+    route takes still gets the app's 405, and a refused request never reaches the body
+    parser or the endpoint."""
 
-    def get_route_handler(self) -> Callable[[Request], Any]:
-        handler = super().get_route_handler()
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
-        async def guarded(request: Request) -> Response:
-            refusal = refuse_write(request, request.app.state.write_token)
-            return refusal if refusal is not None else await handler(request)
-
-        return guarded
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+            app = scope["app"]
+            if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+                refusal = refuse_write(Request(scope), app.state.write_token)
+                if refusal is not None:
+                    await refusal(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

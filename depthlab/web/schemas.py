@@ -117,9 +117,45 @@ ERROR_DESCRIPTIONS = {
     415: "a POST whose Content-Type is not application/json",
     422: "the request does not match this endpoint's schema",
 }
+WRITE_METHODS = ("post", "put", "patch", "delete")
 
 
 def error_responses(*codes: int) -> dict[int | str, dict]:
-    """The `responses=` of an endpoint: the schema of each 4xx it can answer."""
+    """The `responses=` of an endpoint: the schema of each 4xx that the endpoint itself can
+    answer (those that the server adds to every endpoint: `document_server_errors`)."""
     return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody,
                    "description": ERROR_DESCRIPTIONS[code]} for code in codes}
+
+
+def document_server_errors(spec: dict, security_scheme: dict) -> dict:
+    """Add to an OpenAPI document the 4xx that the server gives around every endpoint:
+    413 to all, 403 and 415 (and the token scheme) to writes, and our 422 body in place of
+    FastAPI's to every operation with parameters or a body. Works on routes from any router."""
+    from pydantic.json_schema import models_json_schema
+
+    _, defs = models_json_schema([(ErrorBody, "serialization"), (ValidationErrorBody, "serialization")],
+                                 ref_template="#/components/schemas/{model}")
+    components = spec.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    schemas.update(defs["$defs"])
+    components["securitySchemes"] = security_scheme
+
+    def body(code: int) -> dict:
+        model = "ValidationErrorBody" if code == 422 else "ErrorBody"
+        return {"description": ERROR_DESCRIPTIONS[code], "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{model}"}}}}
+
+    for operations in spec.get("paths", {}).values():
+        for method, op in operations.items():
+            codes = [413]
+            if method in WRITE_METHODS:
+                codes += [403, 415]
+                op["security"] = [{name: []} for name in security_scheme]
+            if op.get("parameters") or op.get("requestBody"):
+                codes.append(422)
+            responses = op.setdefault("responses", {})
+            for code in codes:
+                responses[str(code)] = body(code)
+    for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422, now unused
+        schemas.pop(name, None)
+    return spec
