@@ -110,8 +110,9 @@ class ValidationErrorBody(ErrorBody):
 
 
 ERROR_DESCRIPTIONS = {
+    400: "the request has the right shape but cannot be used (named in `error`)",
     403: "a POST from another origin, or without the page's token (see docs/page.md)",
-    404: "no such experiment, or no data for it yet",
+    404: "no such experiment or run, or no data for it yet",
     409: "another experiment is already running",
     413: "the request body is larger than 64 KiB",
     415: "a POST whose Content-Type is not application/json",
