@@ -51,9 +51,10 @@ def test_live_page(server, browser, runs):
     # The N slider: the readout shows exactly what the API answers.
     _set_range(page, "#n", 8)
     _wait_readout(page, 8)
-    api = page.evaluate("""() => fetch('api/simulate', {method: 'POST', headers: {'content-type': 'application/json'},
+    api = page.evaluate("""() => fetch('api/meta').then(r => r.json()).then(m => fetch('api/simulate', {
+        method: 'POST', headers: {'content-type': 'application/json', [m.token_header]: m.write_token},
         body: JSON.stringify({mode: 'gradient', n: 8, g: 1.0, residual: true, prenorm: false,
-                              scale_writes: false})}).then(r => r.json())""")
+                              scale_writes: false})})).then(r => r.json())""")
     ratio = float(page.get_attribute("#ro-improved", "data-ratio"))
     assert ratio == pytest.approx(api["improved"]["ratio"], rel=1e-12)
     assert float(page.get_attribute("#ro-plain", "data-ratio")) == pytest.approx(api["plain"]["ratio"])

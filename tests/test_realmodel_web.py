@@ -47,7 +47,10 @@ def runs(tmp_path_factory):
 
 @pytest.fixture()
 def client(runs):
-    return TestClient(create_app(runs, warm=False))
+    c = TestClient(create_app(runs, warm=False))
+    meta = c.get("/api/meta").json()
+    c.headers[meta["token_header"]] = meta["write_token"]  # like the page (test_web_security.py)
+    return c
 
 
 def test_lists_every_run_with_weights(client):

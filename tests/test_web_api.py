@@ -40,7 +40,12 @@ def runs(tmp_path):
 
 @pytest.fixture()
 def client(runs):
-    return TestClient(create_app(runs, warm=False))
+    """A client like the page: it sends the token that /api/meta gives (tests/test_web_security.py
+    shows what happens without it)."""
+    c = TestClient(create_app(runs, warm=False))
+    meta = c.get("/api/meta").json()
+    c.headers[meta["token_header"]] = meta["write_token"]
+    return c
 
 
 def test_page_and_static_assets_with_csp(client):
@@ -48,7 +53,7 @@ def test_page_and_static_assets_with_csp(client):
                  "/static/vendor/uplot/uPlot.iife.min.js", "/api/meta"):
         r = client.get(path)
         assert r.status_code == 200, path
-        assert r.headers["content-security-policy"] == "default-src 'self'"
+        assert r.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'"
     html = client.get("/").text
     assert "<script>" not in html and "style=" not in html  # nothing inline: CSP allows none
     assert "http://" not in html and "https://" not in html
@@ -152,7 +157,7 @@ def test_run_starts_one_at_a_time(client, monkeypatch):
     assert again.status_code == 409 and "one at a time" in again.json()["error"]
     assert client.get("/api/experiments/residual/status").json()["job"]["running"]
     started[0].done = True
-    assert client.post("/api/experiments/residual/run", json={}).status_code == 202
+    assert client.post("/api/experiments/residual/run", json={}).status_code == 202  # budget: quick
 
 
 BAD = [

@@ -1,9 +1,12 @@
 """The lesson page's server: a FastAPI app with the probe API and the static page.
 
 `create_app(runs_dir)` builds it; `depthlab serve` runs it with uvicorn on
-loopback. Every response carries `Content-Security-Policy: default-src 'self'`,
-so the page can load nothing from outside the machine. Bad input is a 4xx whose
-`error` names the field; the numbers come from `depthlab.web.compute`.
+loopback. Every response carries `Content-Security-Policy: default-src 'self';
+frame-ancestors 'none'`, so the page loads nothing from outside the machine and no
+other site can frame it. POSTs must come from the page itself (`depthlab.web.guard`:
+same origin, JSON, the server's token) and no body may exceed 64 KiB. Bad input is a
+4xx whose `error` names the field, and /openapi.json gives the schema of every 4xx
+an endpoint can answer; the numbers come from `depthlab.web.compute`.
 """
 
 from __future__ import annotations
@@ -11,17 +14,21 @@ from __future__ import annotations
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
+from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
+from depthlab.presets import PRESETS
 from depthlab.web import compute, lesson
-from depthlab.web.runs import RunError, Runs
+from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
+from depthlab.web.runs import NAME_RE, RunError, Runs
 from depthlab.web.schemas import (
     BUDGETS,
     MAX_G,
@@ -37,13 +44,26 @@ from depthlab.web.schemas import (
     RunRequest,
     SimulateRequest,
     SweepRequest,
+    document_server_errors,
+    error_responses,
 )
 
 STATIC_DIR = Path(__file__).parent / "static"
-CSP = "default-src 'self'"
+CSP = "default-src 'self'; frame-ancestors 'none'"
 LIMITS = {"n": [1, MAX_N], "g": [MIN_G, MAX_G], "g_step": 0.05, "vector_length": MAX_VECTOR,
           "paths_n": [1, MAX_PATH_N], "paths_a": [-10.0, 10.0], "growth_writes": [1, MAX_GROWTH_WRITES],
-          "budgets": list(BUDGETS), "background_runs": 1}
+          "budgets": list(BUDGETS), "background_runs": 1, "max_body_bytes": MAX_BODY}
+TOKEN_SCHEME = {"pageToken": {"type": "apiKey", "in": "header", "name": TOKEN_HEADER,
+                              "description": "this server's token, from GET /api/meta (write_token)"}}
+
+
+# The names a request may use, as enums in the schema (the registry and the shipped configs).
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
+Placement = Literal[PLACEMENTS]  # type: ignore[valid-type]
+ModelName = Literal[tuple(dict.fromkeys(sum(compute.anatomy_names().values(), [])))]  # type: ignore[valid-type]
+
+ExperimentName = Annotated[str, PathParam(pattern=NAME_RE.pattern, examples=["residual"],
+                                          description="an experiment, or any RUNS/NAME with export.json")]
 
 
 def _field(error: dict) -> str:
@@ -66,6 +86,7 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        runs.settle_all()  # runs that died with an earlier server: their status says so
         if warm:
             threading.Thread(target=compute.warm, name="depthlab-warm", daemon=True).start()
         yield
@@ -78,11 +99,24 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
                   description="Live probes, exact arithmetic and project measurements for the "
                   "lesson on residual connections and normalization.")
     app.state.runs = runs
+    app.state.write_token = new_token()
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        """FastAPI's schema plus the 4xx that the server adds around every endpoint
+        (built at the first request, so routes added after this line are covered too)."""
+        if app.openapi_schema is None:
+            document_server_errors(default_openapi(), TOKEN_SCHEME)
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware
 
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.add_middleware(WriteGuard)  # outside BodyLimit: a refused write is not even read
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -95,10 +129,19 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        detail = [{"field": _field(e), "message": e.get("msg", "invalid"), "type": e.get("type")}
-                  for e in errors]
+        detail = [{"field": _field(e), "message": " ".join(str(e.get("msg", "invalid")).split()),
+                   "type": str(e.get("type", "invalid"))} for e in errors]
         messages = [f"{d['field']}: {d['message']}" for d in detail]
         return JSONResponse({"error": "; ".join(messages), "detail": detail}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8)
+            message = "body: cannot be decoded as JSON text (UTF-8)"
+            return JSONResponse({"error": message, "detail": [
+                {"field": "body", "message": message, "type": "json_invalid"}]}, status_code=422)
+        return JSONResponse({"error": f"{request.url.path}: {exc.detail}"},
+                            status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
@@ -116,11 +159,14 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     # ---- the API ---------------------------------------------------------------------------
-    @app.get("/api/meta", tags=["page"], summary="Version, input bounds, presets, experiments")
+    @app.get("/api/meta", tags=["page"],
+             summary="Version, input bounds, presets, experiments, the token for POSTs")
     def meta() -> dict:
+        # No CORS header is ever sent, so only a page of this origin can read write_token.
         return {"version": __version__, "mode": "live", "limits": LIMITS,
                 "presets": lesson.presets(), "experiments": runs.names(),
-                "runs_dir": str(runs.root)}
+                "runs_dir": str(runs.root), "write_token": app.state.write_token,
+                "token_header": TOKEN_HEADER}
 
     @app.post("/api/simulate", tags=["simulator"],
               summary="Plain (red) and improved (green) stack for one N, g and toggles")
@@ -145,8 +191,8 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
         return compute.growth(req)
 
     @app.get("/api/block", tags=["model"], summary="One block of a preset, for the diagram")
-    def block(preset: Annotated[str, Query(max_length=40)] = "course",
-              placement: Annotated[str | None, Query(max_length=20)] = None) -> dict:
+    def block(preset: Annotated[PresetName, Query()] = "course",
+              placement: Annotated[Placement | None, Query()] = None) -> dict:
         return lesson.block(preset, placement)
 
     @app.get("/api/anatomy", tags=["model"], summary="Models the anatomy can describe")
@@ -155,7 +201,7 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
 
     @app.get("/api/anatomy/{config}", tags=["model"],
              summary="Shapes per stage and parameters per component of one model")
-    def anatomy(config: Annotated[str, PathParam(max_length=60, pattern=r"^[A-Za-z0-9_.-]+$")],
+    def anatomy(config: Annotated[ModelName, PathParam()],
                 tokens: Annotated[int, Query(ge=1, le=64)] = 5) -> dict:
         return compute.anatomy(AnatomyRequest(config=config, tokens=tokens))
 
@@ -167,18 +213,21 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     def experiments() -> list[dict]:
         return runs.summary()
 
-    @app.get("/api/experiments/{name}", tags=["measurements"], summary="An experiment's export.json")
-    def experiment(name: str) -> dict:
+    @app.get("/api/experiments/{name}", tags=["measurements"], responses=error_responses(404),
+             summary="An experiment's export.json")
+    def experiment(name: ExperimentName) -> dict:
         return runs.export(name)
 
     @app.get("/api/experiments/{name}/status", tags=["measurements"],
+             responses=error_responses(404),
              summary="Progress of the background run (status.json)")
-    def experiment_status(name: str) -> dict:
+    def experiment_status(name: ExperimentName) -> dict:
         return runs.status(name)
 
     @app.post("/api/experiments/{name}/run", tags=["measurements"], status_code=202,
+              responses=error_responses(404, 409),
               summary="Start the experiment in the background (one at a time; 409 if busy)")
-    def experiment_run(name: str, req: Annotated[RunRequest, Body()] = RunRequest()) -> dict:
+    def experiment_run(name: ExperimentName, req: Annotated[RunRequest, Body()]) -> dict:
         return runs.start(name, req.budget)
 
     from depthlab.web import realmodel

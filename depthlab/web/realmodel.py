@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
 from depthlab.web.runs import RunError
+from depthlab.web.schemas import error_responses
 
 MAX_PROMPT_CHARS = 400
 MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over these
@@ -210,7 +211,8 @@ def router(root: Path, lock: threading.Lock) -> APIRouter:
         return {"prompts": PROMPTS, "questions": SECTIONS, "max_prompt_chars": MAX_PROMPT_CHARS,
                 "max_prompt_tokens": MAX_PROMPT_TOKENS}
 
-    @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)")
+    @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)",
+              responses=error_responses(400, 404))
     def probe(req: Annotated[ProbeRequest, Body()]) -> dict:
         return probes.probe(req)
 

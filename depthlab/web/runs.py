@@ -4,16 +4,30 @@ Reads `RUNS/NAME/export.json` and `RUNS/NAME/status.json` (written by the
 experiments) and starts at most one experiment at a time as a subprocess
 (`python -m depthlab experiment NAME --budget B --out RUNS`), so the page can
 offer "run it now" with live progress without blocking the server.
+
+A started run is recorded in `RUNS/.page-NAME.job.json` (its PID and the kernel's
+start time of that PID), so the record outlives the server. A run can end without
+writing its last status: the server stops it on shutdown (SIGTERM, which a run outside
+its training loop does not survive to record; SIGKILL after 5 s), or the server and
+the run are both killed. So
+whenever a recorded run is found gone while its status.json still says "running"
+(at shutdown, at the next start-up, at a status request) the status is rewritten
+as "interrupted". A run still alive after its server died (kill -9 of the server
+alone) is shown as running, and no second run starts beside it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+from depthlab.rundir import atomic_write_text
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
@@ -37,6 +51,35 @@ def _read_json(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (Linux: field 22 of /proc/PID/stat), or None
+    where /proc is unavailable; told apart from a later process given the same PID."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    """Whether the process recorded as (pid, started) still runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return not Path("/proc/self/stat").exists()  # no /proc: trust kill(pid, 0)
+    return fields[0] != "Z" and (started is None or fields[19] == started)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Runs:
@@ -81,19 +124,69 @@ class Runs:
                         "command": f"depthlab experiment {name} --budget quick --out {self.root}"})
         return out
 
+    # ---- the background job ------------------------------------------------------------
+    def _record_path(self, name: str) -> Path:
+        return self.root / f".page-{name}.job.json"
+
+    def _records(self) -> dict[str, dict]:
+        """name -> record of each run a server started and nobody has seen end yet."""
+        out = {}
+        for path in self.root.glob(".page-*.job.json") if self.root.is_dir() else ():
+            record = _read_json(path)
+            name = path.name[len(".page-"):-len(".job.json")]
+            if record is not None and isinstance(record.get("pid"), int) and NAME_RE.match(name):
+                out[name] = record
+        return out
+
+    def _settle(self, name: str, why: str) -> None:
+        """The recorded run of `name` has ended: if its status.json still says running,
+        make it say interrupted (it cannot say so itself any more); forget the record."""
+        path = self.root / name / "status.json"
+        status = _read_json(path)
+        if status is not None and status.get("state") == "running":
+            status.update(state="interrupted", updated_at=_now(),
+                          message=f"interrupted: {why}; start it again to resume")
+            atomic_write_text(path, json.dumps(status))
+        self._record_path(name).unlink(missing_ok=True)
+
+    def settle_all(self) -> None:
+        """At start-up: settle the runs whose server died with them (kill -9, power loss)."""
+        with self._lock:
+            for name, record in self._records().items():
+                if not _alive(record["pid"], record.get("pid_start")):
+                    self._settle(name, "its process is gone")
+
+    def _job_of(self, name: str) -> dict | None:
+        """The page's job for `name` (held self._lock): this server's own, or one recorded
+        by an earlier server that still runs. A job seen to have ended is settled."""
+        if self._job and self._job["experiment"] == name and self._proc is not None:
+            code = self._proc.poll()
+            job = dict(self._job, running=code is None, returncode=code)
+            if code is not None:
+                if code != 0:
+                    job["log_tail"] = self.log_tail(name)
+                if self._record_path(name).exists():
+                    self._settle(name, f"its process ended with exit code {code}")
+            return job
+        record = self._records().get(name)
+        if record is None:
+            return None
+        if _alive(record["pid"], record.get("pid_start")):
+            return dict(record, running=True, returncode=None, started_by="an earlier server")
+        self._settle(name, "its process is gone")
+        return None
+
     def status(self, name: str) -> dict:
         self.check_name(name)
         with self._lock:
-            job = dict(self._job) if self._job and self._job["experiment"] == name else None
-            if job is not None and self._proc is not None:
-                code = self._proc.poll()
-                job["running"] = code is None
-                job["returncode"] = code
-                if code not in (None, 0):
-                    job["log_tail"] = self.log_tail(name)
+            job = self._job_of(name)
         status = _read_json(self.root / name / "status.json")
         return {"experiment": name, "job": job, "status": status,
                 "has_data": (self.root / name / "export.json").is_file()}
+
+    def command(self, name: str, budget: str) -> list[str]:
+        return [sys.executable, "-m", "depthlab", "experiment", name, "--budget", budget,
+                "--out", str(self.root)]
 
     def start(self, name: str, budget: str) -> dict:
         self.check_name(name)
@@ -101,15 +194,22 @@ class Runs:
             if self._proc is not None and self._proc.poll() is None:
                 raise RunError(409, f"experiment {self._job['experiment']!r} is already running; "
                                "one at a time")
+            for other in self._records():
+                job = self._job_of(other)
+                if job is not None and job["running"]:
+                    raise RunError(409, f"experiment {other!r} is already running (pid "
+                                   f"{job['pid']}, started by an earlier server); one at a time")
             self.root.mkdir(parents=True, exist_ok=True)
-            cmd = [sys.executable, "-m", "depthlab", "experiment", name, "--budget", budget,
-                   "--out", str(self.root)]
+            cmd = self.command(name, budget)
             log = open(self.root / f".page-{name}.log", "wb")  # noqa: SIM115 (owned by the child)
             self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL)
             log.close()
             self._job = {"experiment": name, "budget": budget, "command": " ".join(cmd[1:]),
                          "pid": self._proc.pid, "log": str(self.root / f".page-{name}.log")}
+            record = dict(self._job, pid_start=_process_start(self._proc.pid),
+                          server_pid=os.getpid(), started_at=_now())
+            atomic_write_text(self._record_path(name), json.dumps(record))
             return dict(self._job, running=True, returncode=None)
 
     def log_tail(self, name: str, n_bytes: int = 2000) -> str:
@@ -121,11 +221,18 @@ class Runs:
         return data[-n_bytes:].decode("utf-8", "replace")
 
     def stop(self) -> None:
-        """Stop the background run (server shutdown)."""
+        """Stop the background run (server shutdown) and leave a status that says so."""
         with self._lock:
-            if self._proc is not None and self._proc.poll() is None:
+            if self._proc is None:
+                return
+            name = self._job["experiment"]
+            if self._proc.poll() is None:
                 self._proc.terminate()
                 try:
                     self._proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
+                    self._proc.wait()
+                self._settle(name, "the server that started it was stopped")
+            elif self._record_path(name).exists():  # ended unseen: no status request since
+                self._settle(name, f"its process ended with exit code {self._proc.returncode}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 MAX_N = 64  # the simulator's depth slider
 MIN_G, MAX_G = 0.5, 2.0  # the gain slider
@@ -20,11 +20,19 @@ MAX_GROWTH_WRITES = 256
 BUDGETS = ("micro", "quick")  # what the page may start; longer budgets belong on the CLI
 
 
+def _json_integer(v: object) -> object:
+    """JSON has one number type: 3.0 is the integer 3 (as JSON Schema says), "3" is not."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+AS_INTEGER = BeforeValidator(_json_integer)  # after the Field, so the schema keeps its bounds
+
+
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # JSON types as the schema says
 
 
-Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack")]
+Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack"), AS_INTEGER]
 Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
 
@@ -49,26 +57,27 @@ class SweepRequest(Toggles):
 
 
 class PathsRequest(_Request):
-    n: int = Field(2, ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0")
+    n: Annotated[int, Field(ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0"),
+                 AS_INTEGER] = 2
     a: float = Field(0.5, ge=-10.0, le=10.0, description="scalar sublayer F(x) = a x")
 
 
 class NormsRequest(_Request):
-    x: tuple[float, ...] = Field(..., min_length=1, max_length=MAX_VECTOR,
-                                 description=f"the vector, 1 to {MAX_VECTOR} finite numbers")
+    x: tuple[Annotated[float, Field(ge=-MAX_ABS, le=MAX_ABS, allow_inf_nan=False)], ...] = Field(
+        ..., min_length=1, max_length=MAX_VECTOR,
+        description=f"the vector, 1 to {MAX_VECTOR} finite numbers, each within +-{MAX_ABS:g}")
     eps: float = Field(1e-5, gt=0.0, le=1.0)
 
-    @field_validator("x")
+    @field_validator("x", mode="before")
     @classmethod
-    def _bounded(cls, x: tuple[float, ...]) -> tuple[float, ...]:
-        for v in x:
-            if not abs(v) <= MAX_ABS:  # also refuses nan
-                raise ValueError(f"every number must be finite and within +-{MAX_ABS:g}")
-        return x
+    def _array(cls, x: object) -> object:
+        """A JSON array arrives as a list; strict mode takes only a tuple for a tuple."""
+        return tuple(x) if isinstance(x, list) else x
 
 
 class GrowthRequest(_Request):
-    writes: int = Field(128, ge=1, le=MAX_GROWTH_WRITES, description="writes into the stream")
+    writes: Annotated[int, Field(ge=1, le=MAX_GROWTH_WRITES, description="writes into the stream"),
+                      AS_INTEGER] = 128
 
 
 class RunRequest(_Request):
@@ -79,3 +88,75 @@ class AnatomyRequest(_Request):
     config: str = Field("course", max_length=60, pattern=r"^[A-Za-z0-9_.-]+$",
                         description="a preset name or a shipped config name")
     tokens: int = Field(5, ge=1, le=64, description="T: tokens in the traced sentence")
+
+
+# ---- what the API answers when it refuses ------------------------------------------------
+class ErrorBody(BaseModel):
+    """Every 4xx answer: one line that names the field and what is allowed."""
+
+    error: str = Field(..., description="field: what is wrong and what is allowed")
+
+
+class FieldError(BaseModel):
+    field: str = Field(..., description="`n`, `x.3`, or `body` for the body as a whole")
+    message: str
+    type: str = Field(..., description="pydantic's error type, e.g. less_than_equal")
+
+
+class ValidationErrorBody(ErrorBody):
+    """422: the request did not match the endpoint's schema; one entry per field."""
+
+    detail: list[FieldError]
+
+
+ERROR_DESCRIPTIONS = {
+    400: "the request has the right shape but cannot be used (named in `error`)",
+    403: "a POST from another origin, or without the page's token (see docs/page.md)",
+    404: "no such experiment or run, or no data for it yet",
+    409: "another experiment is already running",
+    413: "the request body is larger than 64 KiB",
+    415: "a POST whose Content-Type is not application/json",
+    422: "the request does not match this endpoint's schema",
+}
+WRITE_METHODS = ("post", "put", "patch", "delete")
+
+
+def error_responses(*codes: int) -> dict[int | str, dict]:
+    """The `responses=` of an endpoint: the schema of each 4xx that the endpoint itself can
+    answer (those that the server adds to every endpoint: `document_server_errors`)."""
+    return {code: {"model": ValidationErrorBody if code == 422 else ErrorBody,
+                   "description": ERROR_DESCRIPTIONS[code]} for code in codes}
+
+
+def document_server_errors(spec: dict, security_scheme: dict) -> dict:
+    """Add to an OpenAPI document the 4xx that the server gives around every endpoint:
+    413 to all, 403 and 415 (and the token scheme) to writes, and our 422 body in place of
+    FastAPI's to every operation with parameters or a body. Works on routes from any router."""
+    from pydantic.json_schema import models_json_schema
+
+    _, defs = models_json_schema([(ErrorBody, "serialization"), (ValidationErrorBody, "serialization")],
+                                 ref_template="#/components/schemas/{model}")
+    components = spec.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    schemas.update(defs["$defs"])
+    components["securitySchemes"] = security_scheme
+
+    def body(code: int) -> dict:
+        model = "ValidationErrorBody" if code == 422 else "ErrorBody"
+        return {"description": ERROR_DESCRIPTIONS[code], "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{model}"}}}}
+
+    for operations in spec.get("paths", {}).values():
+        for method, op in operations.items():
+            codes = [413]
+            if method in WRITE_METHODS:
+                codes += [403, 415]
+                op["security"] = [{name: []} for name in security_scheme]
+            if op.get("parameters") or op.get("requestBody"):
+                codes.append(422)
+            responses = op.setdefault("responses", {})
+            for code in codes:
+                responses[str(code)] = body(code)
+    for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's 422, now unused
+        schemas.pop(name, None)
+    return spec

@@ -27,16 +27,29 @@
     };
   }
 
+  // Writes carry this server's token, which only a page of its own origin can read from
+  // /api/meta; it is forgotten on a 403 (the server was restarted) and read again.
+  let token = null;
+  function writeHeaders() {
+    token = token || fetch("api/meta").then((r) => r.json())
+      .then((m) => ({ [m.token_header]: m.write_token }))
+      .catch((e) => { token = null; throw e; });
+    return token;
+  }
+
   // The one place the page talks to the server: every request goes through here.
   async function request(method, path, body) {
-    const opts = { method, headers: {} };
+    const opts = { method, headers: method === "GET" ? {} : { ...(await writeHeaders()) } };
     if (body !== undefined) {
       opts.headers["content-type"] = "application/json";
       opts.body = JSON.stringify(body);
     }
     const r = await fetch(path, opts);
     const data = await r.json().catch(() => ({ error: path + ": HTTP " + r.status + ", not JSON" }));
-    if (!r.ok) throw Object.assign(new Error(data.error || "HTTP " + r.status), { status: r.status });
+    if (!r.ok) {
+      if (r.status === 403) token = null;
+      throw Object.assign(new Error(data.error || "HTTP " + r.status), { status: r.status });
+    }
     return data;
   }
 

@@ -1,0 +1,140 @@
+"""What keeps other web pages and oversized requests out of the page's server.
+
+Any site the learner visits can send requests to http://127.0.0.1:8000: a form or
+a `fetch(..., {mode: "no-cors"})` with `Content-Type: text/plain` goes out without
+a CORS preflight. So every POST (they compute, and one starts a training run) must
+pass three checks, in this order, before its body is even parsed:
+
+1. Origin. A browser names the page that sent a request in `Origin` (every POST)
+   and `Sec-Fetch-Site`. If either is present it must say "this server": `Origin`
+   equal to `http://` + the request's `Host`, `Sec-Fetch-Site: same-origin`. When
+   both are absent the client is not a browser (curl, scripts, the tests), which no
+   web page can make the learner's machine run; it goes on to the next checks.
+2. `Content-Type: application/json` (else 415). The three content types a page may
+   send cross-site without a preflight are all refused.
+3. The header `X-Depthlab-Token` equal to this server's token (a random value made
+   at start-up and given out by `GET /api/meta`). A cross-site page cannot read
+   `/api/meta` (no CORS headers are ever sent) and cannot send a custom header
+   without a preflight that this server does not answer, so it cannot pass.
+
+Refusals are 403 (415 for the content type) with a one-line JSON `error`.
+
+`BodyLimit` caps every request body at MAX_BODY bytes (413), counted as the bytes
+arrive, so a chunked body without `Content-Length` is cut off after the limit
+instead of being read whole into memory.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+TOKEN_HEADER = "X-Depthlab-Token"
+MAX_BODY = 64 * 1024  # the largest valid request (a 64-number vector) is under 2 KB
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+
+
+def refuse_write(request: Request, token: str) -> Response | None:
+    """The refusal for a request that may not write, or None if it may (module docstring)."""
+    if request.method in SAFE_METHODS:
+        return None
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    if origin is not None and origin != own:
+        return _error(403, f"origin: requests from {origin} are refused; only the page at "
+                      f"{own} may send them")
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site != "same-origin":
+        return _error(403, f"sec-fetch-site: {site} requests are refused; only the page itself "
+                      "(same-origin) may send them")
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        return _error(415, f"content-type: must be application/json, got {media or 'none'}")
+    sent = request.headers.get(TOKEN_HEADER, "")
+    if not hmac.compare_digest(sent.encode(), token.encode()):
+        what = "missing" if not sent else "wrong"
+        return _error(403, f"{TOKEN_HEADER.lower()}: {what} token; send the token that GET "
+                      "/api/meta gives (field write_token) in this header")
+    return None
+
+
+class WriteGuard:
+    """ASGI middleware: `refuse_write` for every request that a route of the app would
+    execute (its path and method match), whichever router added the route. A method no
+    route takes still gets the app's 405, and a refused request never reaches the body
+    parser or the endpoint."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+            app = scope["app"]
+            if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+                refusal = refuse_write(Request(scope), app.state.write_token)
+                if refusal is not None:
+                    await refusal(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes gets 413 and the connection
+    is closed; bodies within it are buffered (at most `limit` bytes) and replayed."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._too_large(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        first: Message | None = None
+        while first is None:
+            message = await receive()
+            if message["type"] != "http.request":
+                first = message  # a disconnect: hand it on as it is
+                break
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._too_large(scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return first
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = _error(413, f"body: larger than {self.limit} bytes ({self.limit // 1024} KiB)",
+                          connection="close")  # do not read the rest of it
+        await response(scope, receive, send)
