@@ -47,9 +47,14 @@ def runs(tmp_path_factory):
 
 @pytest.fixture()
 def client(runs):
+    return page_client(runs)
+
+
+def page_client(runs):
+    """A client like the page: it sends the server's write token (test_web_security.py)."""
     c = TestClient(create_app(runs, warm=False))
     meta = c.get("/api/meta").json()
-    c.headers[meta["token_header"]] = meta["write_token"]  # like the page (test_web_security.py)
+    c.headers[meta["token_header"]] = meta["write_token"]
     return c
 
 
@@ -82,7 +87,7 @@ def test_probe_is_computed_once_then_read_from_disk(runs, client, run):
 
     again = client.post("/api/realmodel/probe", json=req).json()
     assert again["cached"] is True and again["result"] == r
-    restarted = TestClient(create_app(runs, warm=False))  # a new server reads the same file
+    restarted = page_client(runs)  # a new server reads the same file
     assert restarted.post("/api/realmodel/probe", json=req).json()["cached"] is True
     other = client.post("/api/realmodel/probe", json={**req, "target": None}).json()
     assert other["cached"] is False  # another key
