@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def describe(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from depthlab.errors import UserError
     from depthlab.model.summary import summarize
 
@@ -50,7 +52,7 @@ def describe(args: argparse.Namespace) -> int:
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
           f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm}")
     print("\nOne block:")
-    block_lines = str(build_meta(m).blocks[0]).splitlines()
+    block_lines = str(build_meta(replace(m, n_layers=1)).blocks[0]).splitlines()
     print("\n".join("  " + line for line in block_lines if "HookPoint()" not in line))
     print("\nParameters:")
     for comp, n in s.params_by_component.items():
