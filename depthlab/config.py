@@ -27,6 +27,9 @@ FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
+# No optimizer setting of this field comes near: AdamW steps are ~lr per weight, so an
+# lr above 10 only overflows (1e38 made AdamW raise instead of diverging).
+MAX_LR = 10.0
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,8 @@ def validate(cfg: Config) -> Config:
     for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio", "seed"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name} must be >= 0, got {getattr(t, name)}")
+    if t.lr > MAX_LR:
+        raise ConfigError(f"train.lr must be <= {MAX_LR:g}, got {t.lr:g} (typical: 1e-4 .. 1e-2)")
     if t.seq_len > cfg.model.context_len:
         raise ConfigError(
             f"train.seq_len={t.seq_len} exceeds model.context_len={cfg.model.context_len}"

@@ -33,6 +33,8 @@ def read_json_object(path: Path | str, missing: str = "no such file",
         raise error(f"{path}: {missing}") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise error(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:  # json.loads recurses once per nesting level
+        raise error(f"{path}: nested too deeply to be a depthlab file") from None
     if not isinstance(raw, dict):
         raise error(f"{path}: expected a JSON object")
     return raw

@@ -38,7 +38,12 @@ def describe(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     m = cfg.model
     s = summarize(m, args.tokens)
-    check = _forward_backward(cfg, args.tokens) if args.check else None
+    check = None
+    if args.check:
+        from depthlab.memory import check_fits
+
+        check_fits(cfg, batch=2, seq=args.tokens, what="model describe --check")
+        check = _forward_backward(cfg, args.tokens)
     if args.json:
         print_json({"config": cfg.to_dict()["model"], "params": s.params_by_component,
                     "total_params": s.total_params, "params_per_block": s.params_per_block,
