@@ -214,8 +214,6 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     tc = cfg.train
 
     ckpt = agree_on_start(run_dir, cfg, rt, resume, overwrite)
-    if ckpt is not None and ckpt.step >= tc.steps:
-        return _finished(run_dir, cfg, time.time() - started)
 
     torch.manual_seed(tc.seed)
     model = Transformer(cfg.model).to(rt.device)
@@ -224,6 +222,8 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     saved_step = None  # the step of the weights on disk (RUN/model.safetensors)
     if ckpt is not None:
         load_fitting(model, ckpt.weights, f"{ckpt.path} does not fit the config")
+        if ckpt.step >= tc.steps:
+            return _finished(run_dir, cfg, time.time() - started)
         optimizer.load_state_dict(ckpt.state["optimizer"])
         torch.set_rng_state(ckpt.state["torch_rng"])
         start_step = saved_step = ckpt.step
