@@ -40,7 +40,9 @@ def handle(args: argparse.Namespace) -> int:
         for name, exp in EXPERIMENTS.items():
             print(f"{name:<16} {exp.question}")
         print("\nbudgets: " + "; ".join(f"{n}: {b.about}" for n, b in BUDGETS.items()))
-        return 0 if args.list else 2
+        if not args.list:
+            raise UserError("name an experiment (listed above)")
+        return 0
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
     import torch

@@ -24,7 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also run one real forward+backward pass on random tokens and report "
                    "the loss and gradient norm (needs the weights in memory)")
     d.set_defaults(handler=describe)
-    p.set_defaults(handler=lambda a: p.print_help() or 2)
+    p.set_defaults(handler=lambda a: _no_action(p))
+
+
+def _no_action(parser: argparse.ArgumentParser) -> int:
+    from depthlab.errors import UserError
+
+    parser.print_help()
+    raise UserError("name an action: depthlab model describe ...")
 
 
 def describe(args: argparse.Namespace) -> int:
