@@ -342,3 +342,25 @@ def test_a_run_edited_to_another_shape_names_the_tensor_and_both_shapes(tmp_path
     code, err = cli(["train", "--config", str(run / "config.json"), "--out", str(run),
                      "--resume", "--no-progress"], capsys)
     assert code == 2 and len(err.splitlines()) == 1 and "has shape" in err and "64]" in err
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank0_holds_the_lock_and_both_ranks_refuse(tmp_path):
+    from test_train_dist import free_port
+
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DEPTHLAB_CACHE": str(tmp_path / "cache")}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "depthlab"]
+    argv = ["train", "--preset", "tiny", "--corpus", TEXT, "--steps", "4", "--no-progress",
+            "--out", str(run)]
+    with DirLock(run):
+        held = subprocess.run([*launcher, *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=180)
+    assert held.returncode != 0
+    assert f"in use by process {os.getpid()}" in held.stderr
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    free = subprocess.run([*launcher, *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert free.returncode == 0, free.stderr[-3000:]
+    assert read_metrics(run, "run_end")[-1]["status"] == "completed"
