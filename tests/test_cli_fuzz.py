@@ -431,6 +431,7 @@ def non_empty_out(tmp: Path, *extra: str) -> list[str]:
 
 
 case("resume-folder-without-config", lambda tmp, w: non_empty_out(tmp, "--resume"))
+case("resume-nothing-there", lambda tmp, w: train_argv(tmp, "--resume"))
 case("train-into-a-non-empty-folder", lambda tmp, w: non_empty_out(tmp))
 
 # --- Hugging Face folders: hf import and export ----------------------------------------

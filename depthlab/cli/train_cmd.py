@@ -88,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("give --resume (continue the run) or --overwrite (replace it), not both")
     cfg = resolve(args)
     out = Path(args.out) if args.out else Path("runs") / default_run_name(args, cfg)
+    if args.resume and not (out / "config.json").exists():
+        raise UserError(f"--resume: {out} holds no run to resume (no config.json); "
+                        "drop --resume to start it")
     summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite,
                     progress=not args.no_progress, max_steps=args.max_steps)
     import os
@@ -104,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         val = f"{summary.val_loss:.4f}" if summary.val_loss is not None else "-"
         print(f"{summary.status}: step {summary.step}/{summary.steps}, val loss {val}, "
               f"{summary.tokens_per_s:,.0f} tokens/s, run dir {summary.run_dir}")
+        if summary.status == "completed" and summary.message:
+            print(summary.message)
     if summary.status == "failed":
         print(f"depthlab: error: {summary.message}", file=sys.stderr)
     elif summary.status == "interrupted":
