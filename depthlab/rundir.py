@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from depthlab.config import Config
+from depthlab.config import Config, diff, flatten
 from depthlab.errors import UserError, read_json_object
 
 CONFIG_FILE = "config.json"
@@ -63,16 +63,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def config_hash(cfg: Config) -> str:
     """sha256 of what a config computes: every field except RUNTIME_KEYS and DERIVED_KEYS."""
-    from depthlab.config import flatten
-
     flat = {k: v for k, v in flatten(cfg).items() if k not in RUNTIME_KEYS | DERIVED_KEYS}
     return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()
 
 
 def config_changes(stored: Config, wanted: Config) -> dict[str, tuple[Any, Any]]:
     """The fields (runtime and derived keys left out) in which two configs differ."""
-    from depthlab.config import diff
-
     return {k: v for k, v in diff(stored, wanted).items()
             if k not in RUNTIME_KEYS | DERIVED_KEYS}
 
