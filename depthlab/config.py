@@ -27,6 +27,14 @@ FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
+# No optimizer setting of this field comes near: AdamW steps are ~lr per weight, so an
+# lr above 10 only overflows (1e38 made AdamW raise instead of diverging).
+MAX_LR = 10.0
+# Every integer field fits a signed 32-bit int, and no model has more parameters than
+# MAX_PARAMS (a petabyte of float32): beyond these even the `meta` device used by
+# `model describe` overflows its 64-bit sizes.
+MAX_INT = 2**31 - 1
+MAX_PARAMS = 2**48
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,9 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
     if base is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if abs(value) > MAX_INT:
+            shown = value if value.bit_length() < 64 else f"about 2^{value.bit_length() - 1}"
+            raise ConfigError(f"{name} must be at most {MAX_INT:,} in size, got {shown}")
         return value
     if base is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -294,6 +305,11 @@ def validate_model(m: ModelConfig) -> ModelConfig:
         if m.ffn != "swiglu":
             raise ConfigError("model.ffn_clamp applies to ffn=swiglu only")
         _positive("model.ffn_clamp", m.ffn_clamp)
+    from depthlab.memory import param_count
+
+    if param_count(m) > MAX_PARAMS:
+        raise ConfigError(f"this model has about {param_count(m):.3g} parameters, more than "
+                          f"the limit of {MAX_PARAMS:.3g}; shrink model.d_model, d_ff or vocab_size")
     if m.norm == "none":
         if m.placement != "pre":
             raise ConfigError(
@@ -323,6 +339,8 @@ def validate(cfg: Config) -> Config:
     for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio", "seed"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name} must be >= 0, got {getattr(t, name)}")
+    if t.lr > MAX_LR:
+        raise ConfigError(f"train.lr must be <= {MAX_LR:g}, got {t.lr:g} (typical: 1e-4 .. 1e-2)")
     if t.seq_len > cfg.model.context_len:
         raise ConfigError(
             f"train.seq_len={t.seq_len} exceeds model.context_len={cfg.model.context_len}"

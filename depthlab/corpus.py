@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,11 +129,24 @@ CORPORA: dict[str, Callable[[], Corpus]] = {
 
 # --- local files ---------------------------------------------------------------------
 
-def _read_text(path: Path) -> str:
+# The largest text read into memory: 1 GiB is ~250x the bundled Shakespeare and what a
+# laptop can still tokenize; a bigger corpus (or /dev/zero) is refused, not read.
+MAX_CORPUS_BYTES = 1 << 30
+
+
+def _read_text(path: Path, budget: int = MAX_CORPUS_BYTES) -> str:
+    """A regular UTF-8 text file of at most `budget` bytes, read without reading more."""
     try:
-        data = path.read_bytes()
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise UserError(f"{path}: not a regular file (a device, pipe or socket); "
+                            "give a .txt file or a folder of them")
+        with open(path, "rb") as f:
+            data = f.read(budget + 1)
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > budget:
+        raise UserError(f"{path}: the corpus is larger than the limit of "
+                        f"{MAX_CORPUS_BYTES >> 20} MiB")
     if b"\x00" in data[:8192]:
         raise UserError(f"{path}: looks like a binary file, not text")
     try:
@@ -149,9 +163,10 @@ def _local(spec: str) -> Corpus:
     files = sorted(path.rglob("*.txt")) if path.is_dir() else [path]
     if not files:
         raise UserError(f"{path}: folder holds no .txt files")
-    parts = []
+    parts, budget = [], MAX_CORPUS_BYTES
     for f in files:
-        text = _read_text(f)
+        text = _read_text(f, budget)
+        budget -= len(text.encode("utf-8"))
         if not text.strip():
             raise UserError(f"{f}: empty file")
         parts.append(text)

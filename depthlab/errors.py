@@ -20,19 +20,33 @@ class ConfigError(UserError, ValueError):
     """An invalid config value or combination of values."""
 
 
+# Configs, tokenizers and run records are kilobytes to a few MB (a BPE tokenizer.json of
+# 65,536 merges is ~4 MB); anything past this bound is not one of them.
+MAX_JSON_BYTES = 64 << 20
+
+
 def read_json_object(path: Path | str, missing: str = "no such file",
                      error: type[UserError] = UserError) -> dict:
     """Parse a file holding one JSON object, or raise `error` with one line naming the file:
     `missing` when it does not exist, the parser's complaint when it is not JSON."""
     import json
+    import stat
 
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise error(f"{path}: not a regular file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+        if len(data) > MAX_JSON_BYTES:
+            raise error(f"{path}: larger than {MAX_JSON_BYTES >> 20} MiB; not a depthlab file")
+        raw = json.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise error(f"{path}: {missing}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError, 5,000-digit ints
         raise error(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:  # json.loads recurses once per nesting level
+        raise error(f"{path}: nested too deeply to be a depthlab file") from None
     if not isinstance(raw, dict):
         raise error(f"{path}: expected a JSON object")
     return raw

@@ -6,9 +6,17 @@ but it is the same computation the lesson draws, and the models are small.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from depthlab.errors import UserError
+
+# Bounds on one request. Without a KV cache every new token is a full forward pass over
+# the context, so 10,000 tokens is already minutes for the course model; the prompt
+# bound keeps a pasted book from being encoded and held for nothing.
+MAX_NEW_TOKENS = 10_000
+MAX_PROMPT_TOKENS = 1_000_000
 
 
 @torch.no_grad()
@@ -24,10 +32,13 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     """
     if not ids:
         raise UserError("generation needs at least one prompt token")
-    if n_tokens < 0:
-        raise UserError(f"the number of tokens must be >= 0, got {n_tokens}")
-    if not greedy and temperature <= 0:
-        raise UserError(f"--temperature must be > 0, got {temperature} (use --greedy)")
+    if not 0 <= n_tokens <= MAX_NEW_TOKENS:
+        raise UserError(f"--tokens must be between 0 and {MAX_NEW_TOKENS:,}, got {n_tokens}")
+    if not greedy and not (math.isfinite(temperature) and temperature > 0):
+        raise UserError(f"--temperature must be a finite number > 0, got {temperature} "
+                        "(use --greedy for the most likely token)")
+    if len(ids) > MAX_PROMPT_TOKENS:
+        raise UserError(f"the prompt has {len(ids):,} tokens; at most {MAX_PROMPT_TOKENS:,}")
     vocab = model.cfg.vocab_size
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:

@@ -5,28 +5,40 @@
     RUN/tokenizer.json     the tokenizer (when the run has one)
     RUN/metrics.jsonl      one JSON object per line (see depthlab.metrics)
     RUN/checkpoints/       full training state, owned by the trainer
+    RUN/.lock              held (flock) by the one process writing the run
 
 Every file is written to a temporary name and renamed, so a crash leaves the
-old file or the new one, never half of one.
+old file or the new one, never half of one; the leftovers of a killed write are
+removed by the next process that takes the lock.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from depthlab.config import Config
+from depthlab.config import Config, diff, flatten
 from depthlab.errors import UserError, read_json_object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
+LOCK_FILE = ".lock"
+# Keys that describe where a run executes, not what it computes: a resume may change them
+# and the config hash leaves them out. model.vocab_size is decided by the tokenizer from
+# data.*, so a grid entry (before tokenizing) and its finished run hash alike.
+RUNTIME_KEYS = frozenset({"train.device", "train.threads", "train.compile"})
+DERIVED_KEYS = frozenset({"model.vocab_size"})
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -49,6 +61,107 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def config_hash(cfg: Config) -> str:
+    """sha256 of what a config computes: every field except RUNTIME_KEYS and DERIVED_KEYS."""
+    flat = {k: v for k, v in flatten(cfg).items() if k not in RUNTIME_KEYS | DERIVED_KEYS}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()
+
+
+def config_changes(stored: Config, wanted: Config) -> dict[str, tuple[Any, Any]]:
+    """The fields (runtime and derived keys left out) in which two configs differ."""
+    return {k: v for k, v in diff(stored, wanted).items()
+            if k not in RUNTIME_KEYS | DERIVED_KEYS}
+
+
+def describe_changes(changes: dict[str, tuple[Any, Any]], limit: int = 4) -> str:
+    shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in list(changes.items())[:limit])
+    more = len(changes) - limit
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def usable_dir(path: Path, flag: str = "--out") -> Path:
+    """Create `path` as a directory, or raise one line saying why it cannot be one."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        reason = "a parent is not a directory" if e.errno == errno.ENOTDIR else e.strerror
+        raise UserError(f"{flag} {path}: cannot create the directory ({reason})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: not writable")
+    return path
+
+
+class DirLock:
+    """One process at a time in a directory: an exclusive flock on DIR/.lock holding the
+    owner's PID. The OS drops the lock when the process dies, so no lock is ever stale."""
+
+    def __init__(self, directory: Path, what: str = "run directory") -> None:
+        self.dir = Path(directory)
+        self.what = what
+        self._fd: int | None = None
+
+    def acquire(self) -> DirLock:
+        usable_dir(self.dir)
+        path = self.dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise UserError(f"{self.dir}: this {self.what} is in use by process {holder}; "
+                                "wait for it to finish or stop it") from None
+            raise UserError(f"{path}: cannot lock ({e.strerror})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock; the file stays for the next owner
+            self._fd = None
+
+    def __enter__(self) -> DirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def remove_leftovers(directory: Path) -> list[Path]:
+    """Delete what a killed atomic write leaves behind (`.NAME.*.tmp` files and `.tmp-*`
+    folders) in `directory` and its checkpoints/ folder. Only the lock holder may call it."""
+    removed = []
+    for folder in (Path(directory), Path(directory) / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            is_tmp_file = p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file()
+            if p.name.startswith(".tmp-") or is_tmp_file:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
+
+
+def run_contents(run_dir: Path) -> list[str]:
+    """The names in a run directory other than its lock file, sorted."""
+    if not Path(run_dir).is_dir():
+        return []
+    return sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_FILE)
+
+
+def clear_run(run_dir: Path) -> None:
+    """Empty a run directory except its lock (what --overwrite does)."""
+    for name in run_contents(run_dir):
+        p = Path(run_dir) / name
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
 def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -69,7 +182,7 @@ def provenance() -> dict[str, Any]:
 
 def write_config(run_dir: Path, cfg: Config, **extra: Any) -> None:
     """config.json: the fully resolved config plus provenance and any extra fields."""
-    record = {"config": cfg.to_dict(), **provenance(), **extra}
+    record = {"config": cfg.to_dict(), "config_sha256": config_hash(cfg), **provenance(), **extra}
     atomic_write_text(Path(run_dir) / CONFIG_FILE, json.dumps(record, indent=2, ensure_ascii=False))
 
 
@@ -103,18 +216,30 @@ def load_weights(path: Path) -> dict[str, Any]:
 
 def load_model(run_dir: Path, device: str = "cpu"):  # -> tuple[Transformer, Config]
     """Rebuild the model of a run directory with its latest weights."""
+    from depthlab.memory import check_fits
     from depthlab.model import Transformer
 
     cfg, _ = read_config(run_dir)
+    check_fits(cfg, device, training=False, what=f"{run_dir}/config.json")
     model = Transformer(cfg.model)
-    state = load_weights(Path(run_dir) / WEIGHTS_FILE)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise UserError(
-            f"{Path(run_dir) / WEIGHTS_FILE}: weights do not fit config.json "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
+    path = Path(run_dir) / WEIGHTS_FILE
+    load_fitting(model, load_weights(path), f"{path} does not fit {run_dir}/config.json")
     return model.to(device).eval(), cfg
+
+
+def load_fitting(model: Any, state: dict[str, Any], what: str) -> None:
+    """model.load_state_dict(state), after checking names and shapes so that a mismatch
+    is one line naming the tensor and both shapes rather than torch's multi-line error."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise UserError(f"{what}: missing tensors {missing[:3]}, unexpected {unexpected[:3]}")
+    for name, tensor in own.items():
+        if tuple(state[name].shape) != tuple(tensor.shape):
+            raise UserError(f"{what}: tensor {name} has shape {list(state[name].shape)} in "
+                            f"the file but the config makes it {list(tensor.shape)}")
+    model.load_state_dict(state)
 
 
 def load_tokenizer(run_dir: Path):  # -> depthlab.tokenizer.Tokenizer | None

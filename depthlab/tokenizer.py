@@ -127,7 +127,14 @@ def load_tokenizer(path: Path) -> Tokenizer:
     path = Path(path)
     record = read_json_object(path, "no such tokenizer file")
     if record.get("kind") == "char":
-        return CharTokenizer(record["chars"])
+        chars = record.get("chars")
+        if not isinstance(chars, list) or not chars or not all(
+                isinstance(c, str) and len(c) == 1 for c in chars):
+            raise UserError(f"{path}: field chars must be a non-empty list of single "
+                            f"characters, got {type(chars).__name__}")
+        if len(set(chars)) != len(chars):
+            raise UserError(f"{path}: field chars lists a character twice")
+        return CharTokenizer(chars)
     from tokenizers import Tokenizer as HFTokenizer
 
     try:

@@ -170,7 +170,7 @@ def test_non_finite_loss_stops_with_exit_code_3(tmp_path):
 
 def test_cli_divergence_exit_code(tmp_path, capsys):
     code = main(["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(tmp_path / "r"),
-                 "--set", "train.lr=1e30", "--no-progress"])
+                 "--set", "model.init_std=1e30", "--no-progress"])
     assert code == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("depthlab: error:") and "at step" in err[-1]

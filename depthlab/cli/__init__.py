@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
         parser.print_help()
+        print("depthlab: error: name a command (listed above)", file=sys.stderr)
         return 2
     return run_handler(args)
 

@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs", metavar="DIR", help="output folder (default: runs)")
     p.add_argument("--corpus", default=None, metavar="NAME|PATH",
                    help="corpus for training runs (default: shakespeare)")
+    p.add_argument("--rerun", action="store_true",
+                   help="train again the runs in DIR/NAME that were made with another config "
+                   "(without it they are refused, naming the fields that differ)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.set_defaults(handler=handle)
 
@@ -46,7 +49,9 @@ def handle(args: argparse.Namespace) -> int:
                     ("batch x seq", "sequences per step x tokens per sequence"),
                     ("seeds", "seeds per arm (--seeds changes it)"),
                     ("layers", "the lesson's shallow and deep model (4 and 12)"))])
-        return 0 if args.list else 2
+        if not args.list:
+            raise UserError("name an experiment (listed above)")
+        return 0
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
     import torch
@@ -58,6 +63,7 @@ def handle(args: argparse.Namespace) -> int:
 
     command = "depthlab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     root = run_experiment(args.name, budget=args.budget, out_dir=Path(args.out), seeds=args.seeds,
-                          corpus=args.corpus, progress=not args.no_progress, command=command)
+                          corpus=args.corpus, progress=not args.no_progress, command=command,
+                          rerun=args.rerun)
     print((root / "summary.md").read_text(encoding="utf-8"))
     return 0

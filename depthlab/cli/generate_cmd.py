@@ -14,7 +14,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", help="prompt text (needs the run's tokenizer.json)")
     src.add_argument("--prompt-ids", metavar="1,2,3",
                      help="prompt as token ids, for runs without a tokenizer")
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda or mps")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "mps"),
+                   help="cpu (default), cuda or mps")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -46,8 +47,9 @@ def _load(args: argparse.Namespace):
 
     from depthlab.errors import UserError
     from depthlab.rundir import load_model, load_tokenizer
+    from depthlab.train.runtime import pick_device
 
-    model, _ = load_model(Path(args.run), device=args.device)
+    model, _ = load_model(Path(args.run), device=str(pick_device(args.device)))
     tok = load_tokenizer(Path(args.run))
     if args.prompt_ids is not None:
         try:
@@ -69,11 +71,16 @@ def _piece(tok, i: int) -> str | None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from depthlab.errors import UserError
-    from depthlab.generate import generate
+    import math
 
-    if args.tokens < 0:
-        raise UserError(f"--tokens must be >= 0, got {args.tokens}")
+    from depthlab.errors import UserError
+    from depthlab.generate import MAX_NEW_TOKENS, generate
+
+    if not 0 <= args.tokens <= MAX_NEW_TOKENS:
+        raise UserError(f"--tokens must be between 0 and {MAX_NEW_TOKENS:,}, got {args.tokens}")
+    if not (math.isfinite(args.temperature) and args.temperature > 0) and not args.greedy:
+        raise UserError(f"--temperature must be a finite number > 0, got {args.temperature} "
+                        "(use --greedy for the most likely token)")
     if args.top_k is not None and args.top_k <= 0:
         raise UserError(f"--top-k must be > 0, got {args.top_k}")
     model, tok, ids = _load(args)

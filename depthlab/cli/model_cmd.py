@@ -24,10 +24,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also run one real forward+backward pass on random tokens and report "
                    "the loss and gradient norm (needs the weights in memory)")
     d.set_defaults(handler=describe)
-    p.set_defaults(handler=lambda a: p.print_help() or 2)
+    p.set_defaults(handler=lambda a: _no_action(p))
+
+
+def _no_action(parser: argparse.ArgumentParser) -> int:
+    from depthlab.errors import UserError
+
+    parser.print_help()
+    raise UserError("name an action: depthlab model describe ...")
 
 
 def describe(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from depthlab.errors import UserError
     from depthlab.model.summary import summarize
 
@@ -36,7 +45,12 @@ def describe(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     m = cfg.model
     s = summarize(m, args.tokens)
-    check = _forward_backward(cfg, args.tokens) if args.check else None
+    check = None
+    if args.check:
+        from depthlab.memory import check_fits
+
+        check_fits(cfg, batch=2, seq=args.tokens, what="model describe --check")
+        check = _forward_backward(cfg, args.tokens)
     if args.json:
         print_json({"config": cfg.to_dict()["model"], "params": s.params_by_component,
                     "total_params": s.total_params, "params_per_block": s.params_per_block,
@@ -50,7 +64,7 @@ def describe(args: argparse.Namespace) -> int:
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
           f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm}")
     print("\nOne block:")
-    block_lines = str(build_meta(m).blocks[0]).splitlines()
+    block_lines = str(build_meta(replace(m, n_layers=1)).blocks[0]).splitlines()
     print("\n".join("  " + line for line in block_lines if "HookPoint()" not in line))
     print("\nParameters:")
     for comp, n in s.params_by_component.items():

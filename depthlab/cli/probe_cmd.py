@@ -211,7 +211,11 @@ def growth(args: argparse.Namespace) -> int:
     res = stream_growth(GrowthRequest(writes=args.writes, samples=args.samples, seed=args.seed))
     real = None
     if args.real:
-        real = real_growth(config_from_args(args).model, tokens=args.tokens, seed=args.seed)
+        from depthlab.memory import check_fits
+
+        cfg = config_from_args(args)
+        check_fits(cfg, batch=1, seq=max(1, args.tokens), what="probe growth --real")
+        real = real_growth(cfg.model, tokens=args.tokens, seed=args.seed)
     if args.plot:
         from depthlab.probes.plots import plot_growth
 

@@ -30,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, help="torch threads per process; 0: auto")
     p.add_argument("--out", metavar="RUN_DIR", help="run directory (default: runs/<name>)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out from its newest checkpoint")
+                   help="continue the run in --out from its newest readable checkpoint "
+                   "(refuses when none is readable; a finished run is left as it is)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh in a non-empty --out, deleting what it holds")
     p.add_argument("--max-steps", type=int, metavar="N",
                    help="stop after N steps of this invocation (resume later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
@@ -81,10 +84,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_steps is not None and args.max_steps <= 0:
         raise UserError(f"--max-steps must be > 0, got {args.max_steps}")
+    if args.resume and args.overwrite:
+        raise UserError("give --resume (continue the run) or --overwrite (replace it), not both")
     cfg = resolve(args)
     out = Path(args.out) if args.out else Path("runs") / default_run_name(args, cfg)
-    summary = train(cfg, out, resume=args.resume, progress=not args.no_progress,
-                    max_steps=args.max_steps)
+    if args.resume and not (out / "config.json").exists():
+        raise UserError(f"--resume: {out} holds no run to resume (no config.json); "
+                        "drop --resume to start it")
+    summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite,
+                    progress=not args.no_progress, max_steps=args.max_steps)
     import os
 
     if int(os.environ.get("RANK", "0")) != 0:
@@ -99,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         val = f"{summary.val_loss:.4f}" if summary.val_loss is not None else "-"
         print(f"{summary.status}: step {summary.step}/{summary.steps}, val loss {val}, "
               f"{summary.tokens_per_s:,.0f} tokens/s, run dir {summary.run_dir}")
+        if summary.status == "completed" and summary.message:
+            print(summary.message)
     if summary.status == "failed":
         print(f"depthlab: error: {summary.message}", file=sys.stderr)
     elif summary.status == "interrupted":

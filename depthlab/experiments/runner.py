@@ -1,5 +1,6 @@
-"""Run an experiment's grid one run at a time: skip finished runs, resume
-interrupted ones, keep status.json current for the page, then export.
+"""Run an experiment's grid one run at a time: skip finished runs of the same config,
+resume interrupted ones, keep status.json current for the page, then export. One
+process per experiment folder (a DirLock on it); see depthlab.experiments.reuse.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from pathlib import Path
 
 from depthlab.config import diff, flatten
 from depthlab.errors import UserError
-from depthlab.experiments.spec import BUDGETS, Experiment, RunResult, RunSpec, base_config
+from depthlab.experiments import reuse
+from depthlab.experiments.spec import BUDGETS, Budget, Experiment, RunResult, RunSpec, base_config
 from depthlab.metrics import read_metrics
 from depthlab.progress import Progress
-from depthlab.rundir import atomic_write_text
+from depthlab.rundir import DirLock, atomic_write_text, clear_run
 
 STATUS_FILE = "status.json"
 EXPORT_FILE = "export.json"
@@ -85,12 +87,13 @@ def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     torch.manual_seed(tc.seed)
     model = Transformer(cfg.model)
     x, y = batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, torch.device("cpu"))
-    write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-    with MetricsWriter(run_dir) as log:
-        log.log("run_start", step=0, steps=0, world_size=1, device="cpu", resumed_from=None)
-        log.log("probe", step=0, **probe(model, x, y))
-        log.log("run_end", step=0, status="completed", message="measured at initialisation")
+    with DirLock(run_dir):
+        clear_run(run_dir)
+        write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
+        with MetricsWriter(run_dir) as log:
+            log.log("run_start", step=0, steps=0, world_size=1, device="cpu", resumed_from=None)
+            log.log("probe", step=0, **probe(model, x, y))
+            log.log("run_end", step=0, status="completed", message="measured at initialisation")
 
 
 def run_experiment(
@@ -103,11 +106,11 @@ def run_experiment(
     progress: bool = True,
     command: str | None = None,
     echo: bool = True,
+    rerun: bool = False,
 ) -> Path:
-    """Run (or finish) the grid of experiment `name` and export it to out_dir/name."""
+    """Run (or finish) the grid of experiment `name` and export it to out_dir/name.
+    A run directory holding another config is refused, or with `rerun` trained again."""
     from depthlab.experiments import get_experiment
-    from depthlab.experiments.report import write_outputs
-    from depthlab.train import train
 
     exp: Experiment = get_experiment(name)
     if budget not in BUDGETS:
@@ -117,6 +120,18 @@ def run_experiment(
     b = BUDGETS[budget]
     specs = exp.grid(base_config(b, corpus), b, seeds or b.seeds)
     root = Path(out_dir) / name
+    with DirLock(root, "experiment folder"):
+        return _run_grid(exp, specs, root, budget, b, seeds, corpus, progress, command, echo,
+                         reuse.check_grid(specs, root / "runs", rerun))
+
+
+def _run_grid(exp: Experiment, specs: list[RunSpec], root: Path, budget: str, b: Budget,
+              seeds: int | None, corpus: str | None, progress: bool, command: str | None,
+              echo: bool, stale: set[str]) -> Path:
+    from depthlab.experiments.report import write_outputs
+    from depthlab.train import train
+
+    name = exp.name
     say = print if echo else (lambda *a, **k: None)
     say(f"{name}: {exp.question}\nbudget {budget}: {b.about}\n{describe_grid(specs)}")
 
@@ -129,7 +144,7 @@ def run_experiment(
             run_dir = root / "runs" / spec.name
             status.update(runs_done=i, current_run=spec.name, step=0,
                           steps=0 if spec.init_only else spec.cfg.train.steps)
-            if is_finished(run_dir, spec):
+            if spec.name not in stale and is_finished(run_dir, spec):
                 bar.skip(i + 1)
                 continue
             trained_now = True
@@ -145,7 +160,8 @@ def run_experiment(
                 steps.report(step, loss=values["loss"], tokens_per_s=values["tokens_per_s"])
 
             with steps:
-                summary = train(spec.cfg, run_dir, resume=True, progress=False, on_step=on_step)
+                summary = train(spec.cfg, run_dir, resume=spec.name not in stale,
+                                overwrite=spec.name in stale, progress=False, on_step=on_step)
             bar.report(i + 1, run=f"{spec.name} {summary.status} at step {summary.step}",
                        loss=summary.train_loss, val_loss=summary.val_loss,
                        tokens_per_s=summary.tokens_per_s)
@@ -165,13 +181,14 @@ def run_experiment(
         bar.close()
 
     export = root / EXPORT_FILE
-    if trained_now or not export.exists():
+    if trained_now or not export.exists() or reuse.recorded_hash(root) != reuse.grid_hash(specs):
         results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
                    for s in specs]
         report = exp.analyze(results, b)
         cmd = command or f"depthlab experiment {name} --budget {budget}" + (
             f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
         write_outputs(root, exp, report, budget=budget, command=cmd)
+        reuse.write_record(root, name, specs, budget=budget, seeds=seeds, corpus=corpus)
         say(f"wrote {export}, {root / 'summary.md'} and charts")
     else:
         say(f"all {len(specs)} runs were finished; {export} is current")

@@ -91,7 +91,10 @@ def architecture_of(raw: dict[str, Any]) -> str:
 
 
 def _rope_theta(raw: dict[str, Any]) -> float:
-    """rope_theta from the newer `rope_parameters` dict or the older `rope_theta`/`rope_scaling`."""
+    """rope_theta from the newer `rope_parameters` dict or the older `rope_theta`/`rope_scaling`.
+    Both dicts are checked even when the first gives the theta: a config may carry both,
+    and a llama3 `rope_scaling` beside a plain `rope_parameters` must not be dropped."""
+    theta = None
     for key in ("rope_parameters", "rope_scaling"):
         params = raw.get(key)
         if params is None:
@@ -105,9 +108,12 @@ def _rope_theta(raw: dict[str, Any]) -> float:
         if params.get("partial_rotary_factor", 1.0) != 1.0:
             raise _refuse(f"{key}.partial_rotary_factor", params["partial_rotary_factor"],
                           "depthlab rotates the whole head")
-        if "rope_theta" in params:
-            return float(params["rope_theta"])
-    return float(raw.get("rope_theta", DEFAULT_ROPE_THETA))
+        if "rope_theta" in params and theta is None:
+            theta = params["rope_theta"]
+    theta = raw.get("rope_theta", DEFAULT_ROPE_THETA) if theta is None else theta
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)):
+        raise _refuse("rope_theta", theta, "expected a number")
+    return float(theta)
 
 
 def _check_refused(raw: dict[str, Any], kind: str) -> None:

@@ -48,6 +48,9 @@ def _read_json(path: Path) -> dict:
 
 
 def _check_out(out_dir: Path, marker: str, force: bool) -> None:
+    blocked = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise UserError(f"--out {out_dir}: {blocked} exists and is not a directory")
     if (out_dir / marker).exists() and not force:
         raise UserError(f"{out_dir} already holds {marker}; choose another --out or add --force")
 

@@ -5,7 +5,7 @@ Built on the `meta` device, so describing a 70B-parameter config allocates nothi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -42,26 +42,29 @@ def build_meta(cfg: ModelConfig) -> Transformer:
 
 
 def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
-    model = build_meta(cfg)
+    """Every block has the same parameters and shapes, so one block is built and traced
+    and stands for all of them: a 1,024-block stack is described as fast as a 1-block one."""
+    model = build_meta(replace(cfg, n_layers=1))
     by_component: dict[str, int] = {}
     for name, p in model.named_parameters():
         key = component_of(name)
-        by_component[key] = by_component.get(key, 0) + p.numel()
+        copies = cfg.n_layers if name.startswith("blocks.") else 1
+        by_component[key] = by_component.get(key, 0) + p.numel() * copies
     per_block = sum(p.numel() for p in model.blocks[0].parameters())
 
-    stages = ["hook_embed"]
-    for i in range(cfg.n_layers):
-        stages += [f"blocks.{i}.attn.hook_q", f"blocks.{i}.attn.hook_k",
-                   f"blocks.{i}.attn.hook_pattern", f"blocks.{i}.hook_resid_mid",
-                   f"blocks.{i}.hook_resid_post"]
-    stages.append("hook_final")
-    shapes: list[tuple[str, tuple[int, ...]]] = []
+    block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
+                    "hook_resid_post"]
+    stages = ["hook_embed", *(f"blocks.0.{s}" for s in block_stages), "hook_final"]
+    traced: dict[str, tuple[int, ...]] = {}
 
     def record(t: torch.Tensor, name: str) -> None:
-        shapes.append((name, tuple(t.shape[1:])))  # drop the batch dimension
+        traced[name] = tuple(t.shape[1:])  # drop the batch dimension
 
     idx = torch.zeros(1, n_tokens, dtype=torch.long, device="meta")
     with torch.no_grad(), model.hooks(fwd=[(s, record) for s in stages]):
         logits = model(idx)
-    shapes.append(("logits", tuple(logits.shape[1:])))
+    shapes = [("hook_embed", traced["hook_embed"])]
+    for i in range(cfg.n_layers):
+        shapes += [(f"blocks.{i}.{s}", traced[f"blocks.0.{s}"]) for s in block_stages]
+    shapes += [("hook_final", traced["hook_final"]), ("logits", tuple(logits.shape[1:]))]
     return ModelSummary(by_component, sum(by_component.values()), per_block, shapes)

@@ -2,9 +2,13 @@
 
 A checkpoint is written into a hidden temporary folder and renamed into place,
 so a crash leaves either a complete checkpoint or a `.tmp-*` folder that is
-ignored. Loading falls back to the previous checkpoint when the newest one is
-unreadable. state.pt holds the optimizer, the step and the RNG states; the data
-position is the step itself (see depthlab.train.batches).
+ignored (and removed by the next trainer, see depthlab.rundir.remove_leftovers).
+Loading falls back to the previous checkpoint when the newest one is unreadable,
+and reports every unreadable one, so a resume can refuse rather than start over.
+Pruning only removes checkpoints older than the one just written: a damaged
+folder with a higher step number never pushes a good checkpoint out.
+state.pt holds the optimizer, the step and the RNG states; the data position is
+the step itself (see depthlab.train.batches).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,21 +69,35 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     save_weights(run_dir, model)
-    for _, old in checkpoint_dirs(run_dir)[:-keep]:
+    older = [path for s, path in checkpoint_dirs(run_dir) if s < step]
+    for old in older[:max(0, len(older) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def load_latest(run_dir: Path) -> Checkpoint | None:
-    """The newest readable checkpoint, or None; unreadable ones are reported and skipped."""
+def load_checkpoint(path: Path, step: int) -> Checkpoint:
+    """Read one checkpoint folder; ValueError names the file that is damaged."""
+    try:
+        weights = load_weights(path / WEIGHTS_FILE)
+    except Exception as e:
+        raise ValueError(f"{path / WEIGHTS_FILE}: {e}") from None
+    try:
+        state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"{path / STATE_FILE}: unreadable ({type(e).__name__})") from None
+    if not isinstance(state, dict) or state.get("step") != step:
+        found = state.get("step") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"{path / STATE_FILE}: says step {found}, the folder says {step}")
+    return Checkpoint(path, step, weights, state)
+
+
+def load_latest(run_dir: Path) -> tuple[Checkpoint | None, list[str]]:
+    """The newest readable checkpoint (or None) and one line for each unreadable one
+    that is newer than it."""
+    damaged = []
     for step, path in reversed(checkpoint_dirs(run_dir)):
         try:
-            weights = load_weights(path / WEIGHTS_FILE)
-            state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
-            if state.get("step") != step:
-                raise ValueError(f"state.pt says step {state.get('step')}")
-        except Exception as e:  # a half-written or damaged checkpoint: try the previous one
-            print(f"depthlab: skipping unreadable checkpoint {path} ({e})", file=sys.stderr)
-            continue
-        return Checkpoint(path, step, weights, state)
-    return None
+            return load_checkpoint(path, step), damaged
+        except ValueError as e:  # a half-written or damaged checkpoint: try the previous one
+            damaged.append(str(e))
+    return None, damaged

@@ -19,21 +19,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from depthlab.config import Config, diff
+from depthlab.config import Config
 from depthlab.errors import UserError
 from depthlab.hooks import HookFn
-from depthlab.metrics import MetricsWriter, truncate_after
+from depthlab.memory import check_fits
+from depthlab.metrics import MetricsWriter, read_metrics, truncate_after
 from depthlab.model import Transformer
 from depthlab.progress import Progress
-from depthlab.rundir import CONFIG_FILE, METRICS_FILE, TOKENIZER_FILE, read_config, write_config
+from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime
-from depthlab.train.checkpoint import checkpoint_dirs, load_latest, save_checkpoint
+from depthlab.train.checkpoint import save_checkpoint
 from depthlab.train.measures import input_dependence, probe_due
 from depthlab.train.optim import lr_at, make_optimizer
-
-# Keys that describe where a run executes, not what it computes: a resume may change them.
-RUNTIME_KEYS = {"train.device", "train.threads", "train.compile"}
+from depthlab.train.startup import agree_on_start, claim
 
 EXIT_INTERRUPTED = 130
 EXIT_DIVERGED = 3
@@ -71,14 +70,6 @@ def _check_sizes(cfg: Config, data: TokenData) -> None:
     if len(data.val) < 2:
         raise UserError(f"corpus {cfg.data.corpus!r}: the val split has under 2 tokens; "
                         "use more text or a larger data.val_fraction")
-
-
-def _check_resume_config(run_dir: Path, cfg: Config) -> None:
-    stored, _ = read_config(run_dir)
-    changed = {k: v for k, v in diff(stored, cfg).items() if k not in RUNTIME_KEYS}
-    if changed:
-        shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, (a, b) in list(changed.items())[:3])
-        raise UserError(f"{run_dir}: --resume needs the run's own config; these differ: {shown}")
 
 
 def _loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -140,6 +131,7 @@ def train(
     out_dir: Path,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
     max_steps: int | None = None,
     fwd_hooks: Iterable[tuple[str, HookFn]] = (),
@@ -149,7 +141,10 @@ def train(
     """Train `cfg` into the run directory `out_dir` and return how it ended.
 
     resume: continue from the newest readable checkpoint in out_dir (the config must
-      match the run's, except device/threads/compile); starts fresh when there is none.
+      match the run's, except device/threads/compile); starts fresh in an empty
+      directory, refuses when checkpoints exist but none is readable, and leaves a
+      finished run untouched (see depthlab.train.startup).
+    overwrite: empty a non-empty out_dir first (otherwise a fresh run refuses it).
     max_steps: stop (as if interrupted, with a checkpoint) after this many steps of
       this call; the schedule still belongs to cfg.train.steps.
     fwd_hooks: (hook name, fn) pairs attached to the model for the whole run.
@@ -159,11 +154,36 @@ def train(
     raise depthlab.errors.UserError.
     """
     rt = runtime.start(cfg)
+    lock = None
     try:
-        return _train(cfg, Path(out_dir), rt, resume, progress, max_steps, list(fwd_hooks),
-                      on_step, cache_root)
+        lock = claim(Path(out_dir), rt)  # one process per run directory, held to the end
+        return _train(cfg, Path(out_dir), rt, resume, overwrite, progress, max_steps,
+                      list(fwd_hooks), on_step, cache_root)
     finally:
+        if lock is not None:
+            lock.release()
         rt.close()
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer) -> str | None:
+    """optimizer.step(); a non-finite value inside AdamW (an overflowing update) is
+    divergence, reported like a non-finite loss rather than as a traceback."""
+    try:
+        optimizer.step()
+    except RuntimeError as e:
+        if "overflow" not in str(e) and "inf" not in str(e).lower():
+            raise
+        return f"the optimizer update overflowed ({e})"
+    return None
+
+
+def _divergence_message(what: str, step: int, run_dir: Path, saved_step: int | None) -> str:
+    """What went wrong and what is actually on disk (never a step that was not saved)."""
+    if saved_step is None:
+        return f"{what} at step {step}; stopped, nothing saved (no checkpoint was written yet)"
+    ckpt = run_dir / "checkpoints" / f"step_{saved_step:07d}"
+    return (f"{what} at step {step}; stopped, the weights on disk are those of step "
+            f"{saved_step} (last good checkpoint: {ckpt})")
 
 
 def _prepare(cfg: Config, rt: runtime.Runtime, cache_root: Path | None) -> TokenData:
@@ -175,33 +195,41 @@ def _prepare(cfg: Config, rt: runtime.Runtime, cache_root: Path | None) -> Token
     return data
 
 
-def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progress: bool,
+def _finished(run_dir: Path, cfg: Config, elapsed: float) -> RunSummary:
+    """The summary of a run that had already reached its last step; nothing is written."""
+    last = {r["kind"]: r for r in read_metrics(run_dir) if r["kind"] in ("train", "eval")}
+    tc = cfg.train
+    return RunSummary(run_dir, "completed", tc.steps, tc.steps,
+                      tc.steps * tc.batch_size * tc.grad_accum * tc.seq_len,
+                      last.get("train", {}).get("loss"), last.get("eval", {}).get("val_loss"),
+                      elapsed, 0.0, f"already finished at step {tc.steps}; nothing changed", cfg)
+
+
+def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwrite: bool,
+           progress: bool,
            max_steps: int | None, fwd_hooks: list, on_step: Callable | None,
            cache_root: Path | None) -> RunSummary:
     started = time.time()
     data = _prepare(cfg, rt, cache_root)
     cfg = resolve_config(cfg, data)
     _check_sizes(cfg, data)
+    check_fits(cfg, str(rt.device), world=rt.world)
     tc = cfg.train
 
-    ckpt = None
-    if resume and (run_dir / CONFIG_FILE).exists():
-        _check_resume_config(run_dir, cfg)
-        ckpt = load_latest(run_dir)
-    elif checkpoint_dirs(run_dir) or (run_dir / METRICS_FILE).exists():
-        raise UserError(f"{run_dir}: already holds a run; pass --resume to continue it "
-                        "or choose another --out")
-    rt.barrier()
+    ckpt = agree_on_start(run_dir, cfg, rt, resume, overwrite)
 
     torch.manual_seed(tc.seed)
     model = Transformer(cfg.model).to(rt.device)
     optimizer = make_optimizer(model, tc)
     start_step = 0
+    saved_step = None  # the step of the weights on disk (RUN/model.safetensors)
     if ckpt is not None:
-        model.load_state_dict(ckpt.weights)
+        load_fitting(model, ckpt.weights, f"{ckpt.path} does not fit the config")
+        if ckpt.step >= tc.steps:
+            return _finished(run_dir, cfg, time.time() - started)
         optimizer.load_state_dict(ckpt.state["optimizer"])
         torch.set_rng_state(ckpt.state["torch_rng"])
-        start_step = ckpt.step
+        start_step = saved_step = ckpt.step
 
     writer = None
     if rt.is_main:
@@ -234,9 +262,11 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
     tokens_per_step = tc.batch_size * tc.grad_accum * tc.seq_len
 
     def checkpoint(step: int) -> None:
+        nonlocal saved_step
         if rt.is_main:
             save_checkpoint(run_dir, step, model, optimizer, tc.keep_ckpts,
                             data_position={"seed": tc.seed, "step": step})
+        saved_step = step
         rt.barrier()
 
     def log_probe(step: int) -> None:
@@ -284,17 +314,17 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                 loss_value = rt.sum(loss_sum).item() / rt.world
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf).item()
+                diverged = None
                 if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
                     what = "loss" if not math.isfinite(loss_value) else "gradient norm"
-                    bad = loss_value if what == "loss" else grad_norm
-                    kept = checkpoint_dirs(run_dir)
-                    where = f"last good checkpoint: {kept[-1][1]}" if kept else "no checkpoint yet"
+                    diverged = f"{what} is {loss_value if what == 'loss' else grad_norm}"
+                else:
+                    diverged = _optimizer_step(optimizer)
+                if diverged:
                     status = "failed"
-                    message = (f"{what} is {bad} at step {step + 1}; stopped, weights of step "
-                               f"{step} kept ({where})")
+                    message = _divergence_message(diverged, step + 1, run_dir, saved_step)
                     optimizer.zero_grad(set_to_none=True)
                     break
-                optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 dt = time.perf_counter() - t0

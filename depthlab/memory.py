@@ -1,0 +1,115 @@
+"""Will it fit? A size estimate made before anything is allocated.
+
+A config with `model.vocab_size=1000000000` or `train.batch_size=1000000000` is
+valid field by field but cannot run; allocating it first ends in a MemoryError
+traceback (or the machine swapping). `check_fits` counts what the job holds at
+once and refuses with the estimate and the limit instead:
+
+    weights               4 bytes per parameter (float32)
+    gradients + AdamW     12 bytes per parameter more when training
+    activations           what autograd keeps for backward, per micro-batch:
+                          per block ~(18 d + 5 d_ff) floats per token plus the
+                          attention scores (3 x heads x seq x seq per sequence),
+                          and 4 copies of the logits (tokens x vocab)
+
+The coefficients are calibrated on the measured peak RSS of two training steps of
+the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
+tests/test_reliability.py measures it again). A refusal needs no more: the sizes it
+stops are orders of magnitude too big.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from depthlab.config import Config, ModelConfig
+from depthlab.errors import UserError
+
+FLOAT = 4  # bytes
+
+
+def param_count(m: ModelConfig) -> int:
+    """Parameters of a model config, counted from its shapes (biases and norms included
+    roughly: they are a rounding error next to the matrices)."""
+    d, hd, f = m.d_model, m.head_size, m.ffn_hidden
+    q = d * m.n_heads * hd * (2 if m.attn_gate else 1)
+    kv = 2 * d * m.kv_heads * hd
+    attn = q + kv + m.n_heads * hd * d
+    ffn = (3 if m.ffn == "swiglu" else 2) * d * f
+    per_block = attn + ffn + 4 * d
+    embed = m.vocab_size * d + (m.context_len * d if m.position == "learned" else 0)
+    head = 0 if m.tie_embeddings else m.vocab_size * d
+    return embed + m.n_layers * per_block + head + d
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    params: int
+    weights: int  # bytes
+    optimizer: int  # gradients and AdamW moments, bytes
+    activations: int  # bytes
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.optimizer + self.activations
+
+
+def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
+    """Bytes held at once by a forward (and, when training, backward) pass of `batch`
+    sequences of `seq` tokens."""
+    n = param_count(m)
+    tokens = batch * seq
+    per_block = tokens * (18 * m.d_model + 5 * m.ffn_hidden) + 3 * batch * m.n_heads * seq * seq
+    acts = m.n_layers * per_block + 4 * tokens * m.vocab_size
+    if not training:  # no graph is kept: one block's worth plus the logits
+        acts = per_block + 2 * tokens * m.vocab_size
+    return MemoryEstimate(n, FLOAT * n, 3 * FLOAT * n if training else 0, FLOAT * acts)
+
+
+def available_bytes(device: str = "cpu") -> int:
+    """Free memory where the job runs: the GPU's free memory for cuda, otherwise the
+    kernel's MemAvailable (physical memory when /proc is missing)."""
+    import os
+
+    if str(device).startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1024 or unit == "PB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError  # pragma: no cover
+
+
+def check_fits(cfg: Config, device: str = "cpu", *, training: bool = True,
+               batch: int | None = None, seq: int | None = None,
+               what: str = "this config", world: int = 1) -> MemoryEstimate:
+    """Raise a one-line UserError when the job would not fit in the free memory."""
+    t = cfg.train
+    if batch is None:
+        batch = max(1, t.batch_size // world) if training else 1
+    if seq is None:
+        seq = t.seq_len if training else cfg.model.context_len
+    est = estimate(cfg.model, batch, seq, training)
+    limit = available_bytes(device)
+    if est.total > limit:
+        job = f"training ({batch} x {seq} tokens per micro-step)" if training else "inference"
+        raise UserError(
+            f"{what}: {job} needs about {human(est.total)} ({est.params:,} parameters: "
+            f"{human(est.weights)} weights, {human(est.optimizer)} gradients and optimizer "
+            f"state, {human(est.activations)} activations) but {human(limit)} is free; "
+            "shrink model.vocab_size/d_model/n_layers or train.batch_size/seq_len")
+    return est

@@ -1,0 +1,569 @@
+"""Malformed inputs across the whole command line: configs, flags, corpora, run
+directories, checkpoints, Hugging Face folders and probe arguments.
+
+Every case must end with exit code 2 (3 for a divergence), exactly one line on
+stderr, no traceback, and the protected files (a trained run, a Hugging Face
+folder, the corpus) bitwise unchanged. Cases call `depthlab.cli.main` in-process;
+a few go through a real `python -m depthlab` to prove the entry point behaves the same.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from depthlab.cli import main
+from depthlab.hf import model_config_from_hf
+from depthlab.hf.weights import hf_name
+from depthlab.model import Transformer
+from depthlab.presets import tiny
+from depthlab.train import train
+
+DATA = Path(__file__).parent / "data"
+TEXT = str(DATA / "tiny_shakespeare.txt")
+REPO = Path(__file__).parent.parent
+
+HF_BASE = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 50,
+    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0},
+    "tie_word_embeddings": False, "hidden_act": "silu",
+}
+
+
+@dataclass(frozen=True)
+class World:
+    run: Path  # a finished tiny run (4 steps, checkpoints at 2 and 4)
+    hf: Path  # a small Llama checkpoint folder
+    root: Path
+
+    def protected(self) -> dict[str, str]:
+        files = [p for d in (self.run, self.hf) for p in sorted(d.rglob("*"))
+                 if p.is_file() and p.name != ".lock"] + [Path(TEXT)]
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def write_hf(folder: Path, raw: dict, weights: bool = True) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(raw))
+    if weights:
+        model_cfg, _ = model_config_from_hf(raw)
+        state = {hf_name(k): v for k, v in Transformer(model_cfg).state_dict().items()}
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    # A case that allocated instead of refusing must fail here, not take the machine down:
+    # cap the address space (torch itself needs ~3 GB of it) for this module only.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = min(12 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    resource.setrlimit(resource.RLIMIT_AS, (cap if hard == resource.RLIM_INFINITY
+                                            else min(cap, hard), hard))
+    root = tmp_path_factory.mktemp("fuzz")
+    old = os.environ.get("DEPTHLAB_CACHE")
+    os.environ["DEPTHLAB_CACHE"] = str(root / "cache")
+    cfg = tiny()
+    cfg = replace(cfg, data=replace(cfg.data, corpus=TEXT),
+                  train=replace(cfg.train, steps=4, ckpt_every=2, eval_every=2, probe_every=2))
+    train(cfg, root / "good", progress=False)
+    yield World(root / "good", write_hf(root / "hf", HF_BASE), root)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    if old is None:
+        os.environ.pop("DEPTHLAB_CACHE")
+    else:
+        os.environ["DEPTHLAB_CACHE"] = old
+
+
+# --- builders: each returns argv, creating what it needs under `tmp` -------------------
+
+Build = Callable[[Path, World], list[str]]
+
+
+def text_file(tmp: Path, content: str | bytes, name: str = "c.json") -> str:
+    path = tmp / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    return str(path)
+
+
+def cfg_json(tmp: Path, raw: object) -> str:
+    return text_file(tmp, json.dumps(raw))
+
+
+def run_copy(tmp: Path, world: World, mutate: Callable[[Path], None]) -> str:
+    run = tmp / "run"
+    shutil.copytree(world.run, run, ignore=shutil.ignore_patterns(".lock"))
+    mutate(run)
+    return str(run)
+
+
+def edit_config(**model: object) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        record = json.loads((run / "config.json").read_text())
+        record["config"]["model"].update(model)
+        (run / "config.json").write_text(json.dumps(record))
+    return mutate
+
+
+def write(name: str, content: str | bytes) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        (run / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return mutate
+
+
+def remove(name: str) -> Callable[[Path], None]:
+    return lambda run: (run / name).unlink()
+
+
+def every_checkpoint(name: str, content: bytes) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        for folder in (run / "checkpoints").iterdir():
+            (folder / name).write_bytes(content)
+    return mutate
+
+
+def hf_dir(tmp: Path, change: dict | None = None, weights: bool = True,
+           mutate: Callable[[Path], None] | None = None) -> str:
+    raw = {**HF_BASE, **(change or {})}
+    raw = {k: v for k, v in raw.items() if v is not ...}
+    folder = tmp / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(raw))
+    if weights:
+        model_cfg, _ = model_config_from_hf(HF_BASE)
+        state = {hf_name(k): v for k, v in Transformer(model_cfg).state_dict().items()}
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if mutate:
+        mutate(folder)
+    return str(folder)
+
+
+CASES: list[tuple[str, Build, int]] = []
+
+
+def case(name: str, build: Build, code: int = 2) -> None:
+    CASES.append((name, build, code))
+
+
+# --- configs: every malformed file through `model describe` and `train` ----------------
+
+NESTED = "[" * 100_000 + "]" * 100_000
+BAD_CONFIGS: dict[str, str | bytes | object] = {
+    "not-json": "{model: 1}",
+    "json-array": [1, 2, 3],
+    "json-string": "just text",
+    "nested-100000": NESTED,
+    "nested-object": '{"model": ' * 50_000 + "{}" + "}" * 50_000,
+    "unknown-section": {"modle": {}},
+    "section-not-object": {"model": [1, 2]},
+    "unknown-key": {"model": {"n_layer": 4}},
+    "int-as-text": {"model": {"n_layers": "four"}},
+    "int-null": {"model": {"n_layers": None}},
+    "int-as-float": {"model": {"n_layers": 4.5}},
+    "int-as-bool": {"model": {"n_layers": True}},
+    "float-nan": '{"model": {"init_std": NaN}}',
+    "float-infinity": '{"train": {"lr": Infinity}}',
+    "huge-int": '{"model": {"d_model": 1' + "0" * 400 + "}}",
+    "huge-int-5000-digits": '{"model": {"d_model": 1' + "0" * 5000 + "}}",
+    "huge-float": '{"train": {"lr": 1e400}}',
+    "negative-width": {"model": {"d_model": -8}},
+    "heads-not-dividing": {"model": {"d_model": 30, "n_heads": 4}},
+    "zero-layers": {"model": {"n_layers": 0}},
+    "too-many-layers": {"model": {"n_layers": 5000}},
+    "unknown-norm": {"model": {"norm": "batchnorm"}},
+    "unknown-placement": {"model": {"placement": "middle"}},
+    "post-without-norm": {"model": {"norm": "none", "placement": "post"}},
+    "odd-rope-head": {"model": {"d_model": 12, "n_heads": 4}},
+    "kv-heads-not-dividing": {"model": {"n_kv_heads": 3}},
+    "clamp-on-relu": {"model": {"ffn": "relu", "ffn_clamp": 7.0}},
+    "seq-over-context": {"model": {"context_len": 16}, "train": {"seq_len": 64}},
+    "val-fraction": {"data": {"val_fraction": 0.9}},
+    "bpe-vocab": {"data": {"tokenizer": "bpe", "bpe_vocab": 10}},
+    "device": {"train": {"device": "tpu"}},
+    "dtype": {"train": {"dtype": "fp8"}},
+    "lr-overflow": {"train": {"lr": 1e38}},
+    "wrapped-config-list": {"config": [1]},
+    "binary": b"\x00\x01\x02\xff" * 64,
+    "latin1": b'{"model": {"norm": "\xe9"}}',
+    "empty": "",
+    "vocab-too-big-for-memory": {"model": {"vocab_size": 10**12}},
+}
+
+
+def _config_case(content: object) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        if isinstance(content, (str, bytes)):
+            return text_file(tmp, content)
+        return cfg_json(tmp, content)
+    return make
+
+
+for _name, _content in BAD_CONFIGS.items():
+    _make = _config_case(_content)
+    if _name == "vocab-too-big-for-memory":  # only --check allocates; train takes the
+        case(f"describe-check-config-{_name}",  # tokenizer's vocabulary instead
+             lambda tmp, w, m=_make: ["model", "describe", "--check", "--config", m(tmp)])
+        continue
+    case(f"describe-config-{_name}",
+         lambda tmp, w, m=_make: ["model", "describe", "--config", m(tmp)])
+    case(f"train-config-{_name}",
+         lambda tmp, w, m=_make: ["train", "--config", m(tmp), "--corpus", TEXT,
+                                  "--out", str(tmp / "out"), "--no-progress"])
+
+case("describe-config-missing", lambda tmp, w: ["model", "describe", "--config",
+                                                str(tmp / "none.json")])
+case("describe-config-is-a-folder", lambda tmp, w: ["model", "describe", "--config", str(tmp)])
+case("describe-config-dev-zero", lambda tmp, w: ["model", "describe", "--config", "/dev/zero"])
+case("describe-preset-and-config", lambda tmp, w: ["model", "describe", "--preset", "tiny",
+                                                   "--config", cfg_json(tmp, {})])
+case("describe-unknown-preset", lambda tmp, w: ["model", "describe", "--preset", "gpt5"])
+
+# --- --set and flags --------------------------------------------------------------------
+
+BAD_SETS = [
+    "model.n_layers", "=4", "model.n_layerz=4", "modle.n_layers=4", "n_layers=4",
+    "model.n_layers=four", "model.n_layers=4.0", "model.n_layers=1e3", "model.d_model=",
+    "model.init_std=abc", "model.init_std=nan", "model.init_std=inf", "model.init_std=-inf",
+    "model.final_norm=maybe", "model.norm=None", "model.vocab_size=null", "model.n_layers=0",
+    "model.n_layers=2000", "model.n_heads=0", "model.d_model=-1", "train.lr=1e38",
+    "train.lr=-1", "train.lr=0", "train.steps=0", "train.warmup_steps=-1",
+    "train.beta2=0", "model.rope_theta=0", "model.norm_eps=-1e-5", "data.val_fraction=0",
+    "data.tokenizer=words", "train.keep_ckpts=0", "model.position=alibi",
+]
+for _i, _set in enumerate(BAD_SETS):
+    case(f"describe-set-{_i}-{_set}", lambda tmp, w, s=_set: ["model", "describe", "--preset",
+                                                                "tiny", "--set", s])
+for _set in ["model.vocab_size=1000000000", "model.d_model=1048576", "model.n_layers=1024",
+             "model.context_len=1000000000"]:
+    case(f"describe-check-memory-{_set}",
+         lambda tmp, w, s=_set: ["model", "describe", "--check", "--set", "model.d_model=4096",
+                                 "--set", "model.position=learned", "--set", s,
+                                 "--set", "train.seq_len=8"])
+case("describe-tokens-zero", lambda tmp, w: ["model", "describe", "--tokens", "0"])
+case("describe-tokens-huge", lambda tmp, w: ["model", "describe", "--tokens", "100000"])
+case("describe-no-action", lambda tmp, w: ["model"])
+case("experiment-no-name", lambda tmp, w: ["experiment"])
+case("unknown-command", lambda tmp, w: ["trian"])
+case("no-command", lambda tmp, w: [])
+
+
+def train_argv(tmp: Path, *extra: str) -> list[str]:
+    return ["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(tmp / "out"),
+            "--no-progress", *extra]
+
+
+BAD_TRAIN_FLAGS = [
+    ["--steps", "many"], ["--steps", "-5"], ["--steps", "0"], ["--max-steps", "0"],
+    ["--max-steps", "-1"], ["--tokenizer", "words"], ["--device", "tpu"], ["--threads", "-1"],
+    ["--seed", "-1"], ["--seed", "x"], ["--resume", "--overwrite"], ["--frobnicate"],
+    ["--set", "train.batch_size=1000000000"], ["--set", "train.batch_size=4000000000"],
+    ["--set", "train.seq_len=1000000", "--set", "model.context_len=1000000"],
+    ["--set", "train.lr=11"], ["--set", "train.lr=1e300", "--set", "train.warmup_steps=5"],
+]
+for _flags in BAD_TRAIN_FLAGS:
+    case("train-flags-" + "_".join(_flags), lambda tmp, w, f=_flags: train_argv(tmp, *f))
+case("train-diverges", lambda tmp, w: train_argv(tmp, "--set", "model.init_std=1e30",
+                                                 "--steps", "3"), code=3)
+case("train-out-is-a-file",
+     lambda tmp, w: ["train", "--preset", "tiny", "--corpus", TEXT, "--out", text_file(tmp, "x")])
+case("train-out-under-dev-null",
+     lambda tmp, w: ["train", "--preset", "tiny", "--corpus", TEXT, "--out", "/dev/null/run"])
+case("train-into-a-finished-run", lambda tmp, w: ["train", "--config",
+                                                  str(w.run / "config.json"), "--out", str(w.run)])
+
+# --- corpora ---------------------------------------------------------------------------
+
+
+def corpus_case(make: Callable[[Path], str]) -> Build:
+    return lambda tmp, w: ["train", "--preset", "tiny", "--corpus", make(tmp),
+                           "--out", str(tmp / "out"), "--no-progress"]
+
+
+def fifo(tmp: Path) -> str:
+    os.mkfifo(tmp / "pipe.txt")
+    return str(tmp / "pipe.txt")
+
+
+def folder_with(files: dict[str, bytes]) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        d = tmp / "texts"
+        d.mkdir()
+        for name, content in files.items():
+            (d / name).write_bytes(content)
+        return str(d)
+    return make
+
+
+def symlink_to(target: str) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        (tmp / "link.txt").symlink_to(target)
+        return str(tmp / "link.txt")
+    return make
+
+
+CORPORA: dict[str, Callable[[Path], str]] = {
+    "dev-zero": lambda tmp: "/dev/zero",
+    "dev-null": lambda tmp: "/dev/null",
+    "dev-urandom": lambda tmp: "/dev/urandom",
+    "fifo": fifo,
+    "symlink-to-dev-zero": symlink_to("/dev/zero"),
+    "missing": lambda tmp: str(tmp / "nope.txt"),
+    "name-typo": lambda tmp: "shakespear",
+    "empty-file": lambda tmp: text_file(tmp, "", "e.txt"),
+    "whitespace": lambda tmp: text_file(tmp, " \n\t\n", "w.txt"),
+    "binary": lambda tmp: text_file(tmp, b"\x00\xff" * 100, "b.txt"),
+    "not-utf8": lambda tmp: text_file(tmp, b"caf\xe9 " * 100, "l.txt"),
+    "too-short": lambda tmp: text_file(tmp, "ab" * 10, "s.txt"),
+    "empty-folder": folder_with({}),
+    "folder-without-txt": folder_with({"a.md": b"# hello"}),
+    "folder-with-empty-txt": folder_with({"a.txt": b"hello " * 200, "b.txt": b""}),
+    "folder-with-binary-txt": folder_with({"a.txt": b"\x00" * 50}),
+}
+for _name, _make in CORPORA.items():
+    case(f"corpus-{_name}", corpus_case(_make))
+
+# --- run directories: generate, next-token, probe run ----------------------------------
+
+BROKEN_RUNS: dict[str, Callable[[Path, World], str]] = {
+    "missing": lambda tmp, w: str(tmp / "no-run"),
+    "is-a-file": lambda tmp, w: text_file(tmp, "x", "run"),
+    "empty-folder": lambda tmp, w: (tmp / "empty").mkdir() or str(tmp / "empty"),
+    "no-config": lambda tmp, w: run_copy(tmp, w, remove("config.json")),
+    "config-garbage": lambda tmp, w: run_copy(tmp, w, write("config.json", "{{{")),
+    "config-nested": lambda tmp, w: run_copy(tmp, w, write("config.json", NESTED)),
+    "config-bad-field": lambda tmp, w: run_copy(tmp, w, edit_config(norm="batchnorm")),
+    "config-other-shape": lambda tmp, w: run_copy(tmp, w, edit_config(d_model=64)),
+    "config-other-vocab": lambda tmp, w: run_copy(tmp, w, edit_config(vocab_size=99)),
+    "config-other-depth": lambda tmp, w: run_copy(tmp, w, edit_config(n_layers=3)),
+    "config-huge-vocab": lambda tmp, w: run_copy(tmp, w, edit_config(vocab_size=10**12)),
+    "no-weights": lambda tmp, w: run_copy(tmp, w, remove("model.safetensors")),
+    "weights-garbage": lambda tmp, w: run_copy(tmp, w, write("model.safetensors", b"garbage")),
+    "weights-empty": lambda tmp, w: run_copy(tmp, w, write("model.safetensors", b"")),
+    "weights-truncated": lambda tmp, w: run_copy(
+        tmp, w, write("model.safetensors", (w.run / "model.safetensors").read_bytes()[:500])),
+    "tokenizer-garbage": lambda tmp, w: run_copy(tmp, w, write("tokenizer.json", "not json")),
+    "tokenizer-chars-int": lambda tmp, w: run_copy(
+        tmp, w, write("tokenizer.json", '{"kind": "char", "chars": 5}')),
+    "tokenizer-chars-ints": lambda tmp, w: run_copy(
+        tmp, w, write("tokenizer.json", '{"kind": "char", "chars": [1, 2, 3]}')),
+    "tokenizer-chars-missing": lambda tmp, w: run_copy(
+        tmp, w, write("tokenizer.json", '{"kind": "char"}')),
+    "tokenizer-chars-duplicate": lambda tmp, w: run_copy(
+        tmp, w, write("tokenizer.json", '{"kind": "char", "chars": ["a", "a"]}')),
+    "tokenizer-bpe-garbage": lambda tmp, w: run_copy(
+        tmp, w, write("tokenizer.json", '{"kind": "bpe", "model": 3}')),
+}
+for _name, _make in BROKEN_RUNS.items():
+    case(f"generate-run-{_name}",
+         lambda tmp, w, m=_make: ["generate", "--run", m(tmp, w), "--prompt", "RO", "--tokens", "2"])
+    case(f"next-token-run-{_name}",
+         lambda tmp, w, m=_make: ["next-token", "--run", m(tmp, w), "--prompt", "RO"])
+for _name in ("missing", "config-other-shape", "weights-garbage", "tokenizer-chars-int"):
+    case(f"probe-run-{_name}",
+         lambda tmp, w, m=BROKEN_RUNS[_name]: ["probe", "run", m(tmp, w), "--prompt", "RO"])
+
+BAD_GENERATE = [
+    ["--tokens", "10000000"], ["--tokens", "-1"], ["--temperature", "nan"],
+    ["--temperature", "inf"], ["--temperature", "0"], ["--temperature", "-1"],
+    ["--top-k", "0"], ["--top-k", "-3"], ["--device", "tpu"], ["--prompt", "\u2603\u2603"],
+    ["--prompt", ""], ["--seed", "x"],
+]
+for _flags in BAD_GENERATE:
+    case("generate-flags-" + "_".join(_flags),
+         lambda tmp, w, f=_flags: ["generate", "--run", str(w.run), "--tokens", "2", "--prompt",
+                                   "RO", *f])
+for _ids in ["a,b", "99999", "-1", ",,", "1;2", "1e3"]:
+    case(f"generate-prompt-ids-{_ids}",
+         lambda tmp, w, i=_ids: ["generate", "--run", str(w.run), "--prompt-ids", i])
+case("generate-prompt-and-ids", lambda tmp, w: ["generate", "--run", str(w.run), "--prompt", "R",
+                                                "--prompt-ids", "1"])
+case("next-token-show-zero", lambda tmp, w: ["next-token", "--run", str(w.run), "--prompt", "RO",
+                                             "--show", "0"])
+
+# --- checkpoints: train --resume -------------------------------------------------------
+
+
+def resume_argv(run: str) -> list[str]:
+    return ["train", "--config", str(Path(run) / "config.json"), "--out", run, "--resume",
+            "--no-progress"]
+
+
+BROKEN_CHECKPOINTS: dict[str, Callable[[Path], None]] = {
+    "state-garbage": every_checkpoint("state.pt", b"not a pickle"),
+    "state-empty": every_checkpoint("state.pt", b""),
+    "weights-garbage": every_checkpoint("model.safetensors", b"garbage"),
+    "state-missing": lambda run: [p.joinpath("state.pt").unlink()
+                                  for p in (run / "checkpoints").iterdir()],
+    "state-other-step": lambda run: [torch.save({"step": 99}, p / "state.pt")
+                                     for p in (run / "checkpoints").iterdir()],
+    "state-a-list": lambda run: [torch.save([1, 2], p / "state.pt")
+                                 for p in (run / "checkpoints").iterdir()],
+    "no-checkpoints-but-weights": lambda run: shutil.rmtree(run / "checkpoints"),
+    "checkpoints-is-a-file": lambda run: (shutil.rmtree(run / "checkpoints"),
+                                          (run / "checkpoints").write_text("x")),
+    "other-shape": edit_config(d_model=64),
+}
+for _name, _mutate in BROKEN_CHECKPOINTS.items():
+    case(f"resume-{_name}", lambda tmp, w, m=_mutate: resume_argv(run_copy(tmp, w, m)))
+case("resume-other-schedule",
+     lambda tmp, w: [*resume_argv(run_copy(tmp, w, lambda r: None)), "--steps", "10"])
+case("resume-other-seed",
+     lambda tmp, w: [*resume_argv(run_copy(tmp, w, lambda r: None)), "--seed", "7"])
+
+
+def non_empty_out(tmp: Path, *extra: str) -> list[str]:
+    (tmp / "out").mkdir()
+    text_file(tmp / "out", "mine", "notes.txt")
+    return train_argv(tmp, *extra)
+
+
+case("resume-folder-without-config", lambda tmp, w: non_empty_out(tmp, "--resume"))
+case("resume-nothing-there", lambda tmp, w: train_argv(tmp, "--resume"))
+case("train-into-a-non-empty-folder", lambda tmp, w: non_empty_out(tmp))
+
+# --- Hugging Face folders: hf import and export ----------------------------------------
+
+
+def hf_import(folder: str, tmp: Path, *extra: str) -> list[str]:
+    return ["hf", "import", folder, "--out", str(tmp / "imported"), *extra]
+
+
+BAD_HF: dict[str, Callable[[Path], str]] = {
+    "missing": lambda tmp: str(tmp / "nope"),
+    "is-a-file": lambda tmp: text_file(tmp, "x", "hf"),
+    "empty": lambda tmp: (tmp / "hf").mkdir() or str(tmp / "hf"),
+    "config-garbage": lambda tmp: hf_dir(tmp, mutate=write("config.json", "nope")),
+    "config-nested": lambda tmp: hf_dir(tmp, mutate=write("config.json", NESTED)),
+    "architecture": lambda tmp: hf_dir(tmp, {"architectures": ["MistralForCausalLM"]}),
+    "model-type-mismatch": lambda tmp: hf_dir(tmp, {"model_type": "qwen2"}),
+    "rope-llama3": lambda tmp: hf_dir(tmp, {"rope_parameters": {"rope_type": "llama3",
+                                                                "rope_theta": 5e5}}),
+    "rope-both-llama3-scaling": lambda tmp: hf_dir(
+        tmp, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+    "rope-both-yarn-scaling": lambda tmp: hf_dir(tmp, {"rope_scaling": {"type": "yarn"}}),
+    "rope-params-not-object": lambda tmp: hf_dir(tmp, {"rope_parameters": 3}),
+    "rope-theta-text": lambda tmp: hf_dir(tmp, {"rope_parameters": {"rope_type": "default",
+                                                                    "rope_theta": "big"}}),
+    "hidden-act": lambda tmp: hf_dir(tmp, {"hidden_act": "gelu"}),
+    "hidden-size-text": lambda tmp: hf_dir(tmp, {"hidden_size": "32"}, weights=False),
+    "hidden-size-negative": lambda tmp: hf_dir(tmp, {"hidden_size": -32}, weights=False),
+    "layers-missing": lambda tmp: hf_dir(tmp, {"num_hidden_layers": ...}, weights=False),
+    "no-weights": lambda tmp: hf_dir(tmp, weights=False),
+    "weights-garbage": lambda tmp: hf_dir(tmp, mutate=write("model.safetensors", b"junk")),
+    "weights-other-shape": lambda tmp: hf_dir(tmp, {"hidden_size": 64}),
+    "index-missing-shard": lambda tmp: hf_dir(tmp, weights=False, mutate=write(
+        "model.safetensors.index.json", json.dumps({"weight_map": {"a": "shard-1.safetensors"}}))),
+    "index-garbage": lambda tmp: hf_dir(tmp, weights=False, mutate=write(
+        "model.safetensors.index.json", "[")),
+}
+for _name, _make in BAD_HF.items():
+    case(f"hf-import-{_name}", lambda tmp, w, m=_make: hf_import(m(tmp), tmp))
+case("hf-import-out-exists", lambda tmp, w: ["hf", "import", str(w.hf), "--out", str(w.run)])
+case("hf-import-out-is-file",
+     lambda tmp, w: ["hf", "import", str(w.hf), "--out", text_file(tmp, "x", "f")])
+case("hf-export-missing-run", lambda tmp, w: ["hf", "export", str(tmp / "no"), "--out",
+                                              str(tmp / "o")])
+case("hf-export-broken-run", lambda tmp, w: ["hf", "export", run_copy(
+    tmp, w, write("model.safetensors", b"x")), "--out", str(tmp / "o")])
+case("hf-export-out-exists", lambda tmp, w: ["hf", "export", str(w.run), "--out", str(w.hf)])
+case("hf-probe-missing", lambda tmp, w: ["hf", "probe", str(tmp / "no"), "--ids", "1,2"])
+
+# --- probe and anatomy arguments -------------------------------------------------------
+
+BAD_PROBES = [
+    ["gradflow", "--depth", "0"], ["gradflow", "--depth", "100000"], ["gradflow", "--depth", "x"],
+    ["gradflow", "--gain", "-1"], ["gradflow", "--gain", "nan"], ["gradflow", "--gain", "inf"],
+    ["gradflow", "--gain", "1e308"], ["gradflow", "--plot", "/dev/null/x.png"],
+    ["gradflow", "--plot", "chart.gif"], ["collapse", "--depth", "0"],
+    ["collapse", "--depth", "-3"], ["collapse", "--gain", "nan"],
+    ["growth", "--writes", "0"], ["growth", "--writes", "100000000"],
+    ["growth", "--samples", "0"], ["growth", "--samples", "100000000"],
+    ["growth", "--real", "--tokens", "0"], ["growth", "--real", "--set", "model.n_layers=0"],
+    ["growth", "--real", "--set", "model.vocab_size=1000000000000"],
+    ["paths", "--depth", "0"], ["paths", "--depth", "100000"], ["paths", "--scale", "nan"],
+    ["paths", "--x0", "inf"], ["norms", "abc"], ["norms", "nan", "1"], ["norms", "1", "inf"],
+    ["norms", "--eps", "-1", "3", "4"], ["norms"], ["unknown-probe"],
+]
+for _argv in BAD_PROBES:
+    case("probe-" + "_".join(_argv), lambda tmp, w, a=_argv: ["probe", *a])
+
+BAD_ANATOMY = [
+    ["no-such-config"], ["--tokens", "0"], ["--tokens", "100000000"], ["--preset", "gpt5"],
+]
+for _argv in BAD_ANATOMY:
+    case("anatomy-" + "_".join(_argv), lambda tmp, w, a=_argv: ["anatomy", *a])
+case("anatomy-garbage-config", lambda tmp, w: ["anatomy", text_file(tmp, "{oops")])
+case("anatomy-nested-config", lambda tmp, w: ["anatomy", text_file(tmp, NESTED)])
+
+# --- experiments -----------------------------------------------------------------------
+
+for _argv in (["no-such-experiment"], ["residual", "--budget", "huge"],
+              ["residual", "--seeds", "0"], ["residual", "--seeds", "99"],
+              ["residual", "--budget", "micro", "--corpus", "/dev/zero"]):
+    case("experiment-" + "_".join(_argv),
+         lambda tmp, w, a=_argv: ["experiment", *a, "--out", str(tmp / "exp"), "--no-progress"])
+case("experiment-out-is-file",
+     lambda tmp, w: ["experiment", "residual", "--budget", "micro", "--out",
+                     text_file(tmp, "x", "f")])
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 150, len(CASES)
+    assert len({name for name, _, _ in CASES}) == len(CASES)
+
+
+def run_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def check(code: int, err: str, expected: int, argv: list[str]) -> None:
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err, err
+    assert code == expected, f"exit {code} for {argv}: {err}"
+    assert len(lines) == 1, f"{len(lines)} stderr lines for {argv}: {err}"
+    assert "error" in lines[0]
+
+
+@pytest.mark.parametrize("name, build, expected", CASES, ids=[c[0] for c in CASES])
+def test_malformed_input_is_one_line(world, tmp_path, capsys, name, build, expected):
+    argv = build(tmp_path, world)
+    before = world.protected()
+    code, err = run_in_process(argv, capsys)
+    check(code, err, expected, argv)
+    assert world.protected() == before
+
+
+SUBPROCESS_CASES = ["train-config-nested-100000", "corpus-dev-zero", "generate-flags---temperature_nan",
+                    "resume-state-garbage", "hf-import-rope-both-llama3-scaling",
+                    "train-flags---set_train.batch_size=1000000000"]
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_the_real_entry_point_agrees(world, tmp_path, name):
+    _, build, expected = next(c for c in CASES if c[0] == name)
+    argv = build(tmp_path, world)
+    before = world.protected()
+    proc = subprocess.run([sys.executable, "-m", "depthlab", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1",
+                               "DEPTHLAB_CACHE": str(world.root / "cache")})
+    check(proc.returncode, proc.stderr, expected, argv)
+    assert world.protected() == before

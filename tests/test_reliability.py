@@ -1,0 +1,366 @@
+"""Nothing lost, nothing wrong, nobody else in: run-directory locks, resume over damaged
+checkpoints, leftovers of killed writes, experiments keyed by config hash, the
+divergence message, and inputs that are too big or the wrong shape."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from depthlab.cli import main
+from depthlab.errors import UserError
+from depthlab.experiments import run_experiment
+from depthlab.memory import check_fits, estimate, param_count
+from depthlab.metrics import read_metrics
+from depthlab.model.summary import summarize
+from depthlab.presets import get_preset, tiny
+from depthlab.rundir import DirLock, config_hash, read_config
+from depthlab.train import EXIT_DIVERGED, train
+from depthlab.train.checkpoint import checkpoint_dirs, load_latest
+
+DATA = Path(__file__).parent / "data"
+TEXT = str(DATA / "tiny_shakespeare.txt")
+REPO = Path(__file__).parent.parent
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+
+
+def config(**train):
+    cfg = tiny()
+    return replace(cfg, data=replace(cfg.data, corpus=TEXT),
+                   train=replace(cfg.train, log_every=1, **train))
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """sha256 of every file under root (the lock file aside: it holds the last PID)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def cli(argv, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err.strip()
+
+
+# --- one process per run directory -----------------------------------------------------
+
+def test_a_held_run_directory_refuses_a_second_trainer_naming_the_pid(tmp_path, capsys):
+    run = tmp_path / "run"
+    with DirLock(run):
+        code, err = cli(["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(run),
+                         "--steps", "2", "--no-progress"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"in use by process {os.getpid()}" in err
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing was written
+    # the lock went with its holder: the same command now runs
+    code, _ = cli(["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(run),
+                   "--steps", "2", "--no-progress"], capsys)
+    assert code == 0
+
+
+def test_two_real_trainers_on_one_directory(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, "-m", "depthlab", "train", "--preset", "tiny", "--corpus", TEXT,
+            "--out", str(run), "--no-progress", "--set", "train.ckpt_every=100000"]
+    first = subprocess.Popen([*base, "--steps", "100000", "--seed", "1"], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not read_metrics(run, "train"):
+            time.sleep(0.2)
+        second = subprocess.run([*base, "--steps", "5", "--seed", "2"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.strip() == (
+            f"depthlab: error: {run}: this run directory is in use by process {first.pid}; "
+            "wait for it to finish or stop it")
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert first.returncode == 130
+    _, record = read_config(run)
+    assert record["seed"] == 1  # the second trainer wrote nothing
+
+
+def test_a_second_experiment_into_the_same_out_is_refused(tmp_path):
+    with DirLock(tmp_path / "residual"), pytest.raises(UserError, match=f"process {os.getpid()}"):
+        run_experiment("residual", budget="micro", out_dir=tmp_path, corpus=TEXT,
+                       progress=False, echo=False)
+
+
+@pytest.mark.parametrize("out", ["file", "/dev/null/run"])
+def test_out_that_cannot_be_a_directory(tmp_path, capsys, out):
+    if out == "file":
+        out = tmp_path / "file"
+        out.write_text("keep me")
+    code, err = cli(["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(out)], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and f"--out {out}" in err
+    if isinstance(out, Path):
+        assert out.read_text() == "keep me"
+
+
+# --- resume never loses work -----------------------------------------------------------
+
+def damage(run: Path) -> None:
+    for _, path in checkpoint_dirs(run):
+        (path / "state.pt").write_bytes(b"not a checkpoint")
+
+
+def test_resume_over_damaged_checkpoints_refuses_and_changes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(config(steps=20, ckpt_every=5), run, progress=False)
+    damage(run)
+    before = tree_hashes(run)
+    code, err = cli(["train", "--config", str(run / "config.json"), "--out", str(run),
+                     "--resume", "--no-progress"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "no readable checkpoint" in err
+    for _, path in checkpoint_dirs(run):
+        assert str(path / "state.pt") in err
+    assert tree_hashes(run) == before  # weights, log and config untouched
+
+
+def test_a_fresh_run_refuses_a_non_empty_directory_unless_overwrite(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    argv = ["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(run), "--steps", "3",
+            "--no-progress"]
+    code, err = cli(argv, capsys)
+    assert code == 2 and "is not empty (notes.txt)" in err and "--overwrite" in err
+    assert (run / "notes.txt").read_text() == "mine"
+    code, err = cli([*argv, "--resume"], capsys)
+    assert code == 2 and "no config.json" in err
+    code, _ = cli([*argv, "--overwrite"], capsys)
+    assert code == 0 and not (run / "notes.txt").exists()
+    assert read_metrics(run, "run_end")[-1]["status"] == "completed"
+    code, err = cli(argv, capsys)  # and now it holds a run
+    assert code == 2 and "already holds a run" in err
+
+
+def test_a_damaged_newer_checkpoint_never_prunes_the_good_one(tmp_path):
+    run = tmp_path / "run"
+    cfg = config(steps=60, ckpt_every=10, keep_ckpts=1)
+    train(cfg, run, progress=False, max_steps=20)
+    bogus = run / "checkpoints" / "step_0000090"
+    bogus.mkdir()
+    (bogus / "model.safetensors").write_bytes(b"garbage")
+    resumed = train(cfg, run, progress=False, resume=True, max_steps=15)
+    assert resumed.status == "interrupted" and resumed.step == 35
+    ckpt, damaged = load_latest(run)
+    assert ckpt is not None and ckpt.step == 35  # the newest readable one survived pruning
+    assert [s for s, _ in checkpoint_dirs(run)] == [35, 90] and "step_0000090" in damaged[0]
+
+
+def test_leftovers_of_a_killed_write_are_removed_at_the_next_start(tmp_path, capsys):
+    run = tmp_path / "run"
+    cfg = config(steps=20, ckpt_every=5)
+    train(cfg, run, progress=False, max_steps=10)
+    leftovers = [run / "checkpoints" / ".tmp-abc123", run / "checkpoints" / ".tmp-def456"]
+    for folder in leftovers:
+        folder.mkdir()
+        (folder / "state.pt").write_bytes(b"half")
+    stray = run / ".model.safetensors.x1y2.tmp"
+    stray.write_bytes(b"half")
+    capsys.readouterr()
+    assert train(cfg, run, progress=False, resume=True).status == "completed"
+    assert "removed 3 leftover" in capsys.readouterr().err
+    assert not any(p.exists() for p in [*leftovers, stray])
+
+
+def test_a_finished_run_resumed_again_changes_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(run), "--steps", "6",
+            "--no-progress", "--json"]
+    assert cli(argv, capsys)[0] == 0
+    before = tree_hashes(run)
+    code = main([*argv, "--resume"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "completed" and "already finished" in out["message"]
+    assert out["val_loss"] == read_metrics(run, "eval")[-1]["val_loss"]
+    assert tree_hashes(run) == before
+    assert len(read_metrics(run, "run_end")) == 1
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path, capsys):
+    code, err = cli(["train", "--preset", "tiny", "--out", str(tmp_path), "--resume",
+                     "--overwrite"], capsys)
+    assert code == 2 and "not both" in err
+
+
+# --- the divergence message tells what is on disk --------------------------------------
+
+def poisoned_run(run: Path, at: int, **train_cfg):
+    armed = {"on": False}
+
+    def poison(t, _name):
+        return t * float("inf") if armed["on"] else None
+
+    def arm(step, _values):
+        armed["on"] = step == at
+
+    return train(config(**train_cfg), run, progress=False, on_step=arm,
+                 fwd_hooks=[("blocks.0.hook_resid_post", poison)])
+
+
+def test_divergence_before_any_checkpoint_says_nothing_saved(tmp_path):
+    s = poisoned_run(tmp_path / "run", at=3, ckpt_every=10)
+    assert s.exit_code == EXIT_DIVERGED
+    assert "at step 4" in s.message and "nothing saved" in s.message
+    assert not checkpoint_dirs(tmp_path / "run")
+
+
+def test_divergence_names_the_step_of_the_weights_on_disk(tmp_path):
+    s = poisoned_run(tmp_path / "run", at=8, ckpt_every=5)
+    assert s.exit_code == EXIT_DIVERGED
+    assert "at step 9" in s.message and "those of step 5" in s.message
+    assert checkpoint_dirs(tmp_path / "run")[-1][0] == 5
+
+
+def test_overflow_inside_the_optimizer_is_divergence():
+    from depthlab.train.loop import _optimizer_step
+
+    w = torch.nn.Parameter(torch.ones(3))
+    w.grad = torch.ones(3)
+    assert _optimizer_step(torch.optim.AdamW([w], lr=1e-3)) is None
+    w.grad = torch.ones(3)
+    message = _optimizer_step(torch.optim.AdamW([w], lr=1e38))  # step size 1e39 > float max
+    assert message is not None and "overflowed" in message
+
+
+# --- experiments know what they reuse ---------------------------------------------------
+
+def test_an_experiment_refuses_runs_of_another_corpus_and_reruns_them(tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text(Path(TEXT).read_text(encoding="utf-8")[::-1], encoding="utf-8")
+    run_experiment("residual", budget="micro", out_dir=tmp_path, corpus=TEXT, progress=False,
+                   echo=False)
+    export = tmp_path / "residual" / "export.json"
+    before = export.read_text()
+    with pytest.raises(UserError, match=r"data.corpus .*--rerun"):
+        run_experiment("residual", budget="micro", out_dir=tmp_path, corpus=str(other),
+                       progress=False, echo=False)
+    assert export.read_text() == before  # nothing served from the other config
+    run_experiment("residual", budget="micro", out_dir=tmp_path, corpus=str(other),
+                   progress=False, echo=False, rerun=True)
+    runs = sorted((tmp_path / "residual" / "runs").iterdir())
+    for run in runs:
+        cfg, record = read_config(run)
+        assert cfg.data.corpus == str(other) and record["config_sha256"] == config_hash(cfg)
+        assert len(read_metrics(run, "run_start")) == 1  # trained afresh, not resumed
+    record = json.loads((tmp_path / "residual" / "experiment.json").read_text())
+    assert record["corpus"] == str(other) and set(record["runs"]) == {r.name for r in runs}
+    assert export.read_text() != before
+
+
+def test_config_hash_ignores_where_a_run_executes_and_the_tokenizer_vocab():
+    cfg = tiny()
+    moved = replace(cfg, train=replace(cfg.train, device="cpu", threads=3),
+                    model=replace(cfg.model, vocab_size=65))
+    assert config_hash(moved) == config_hash(cfg)
+    assert config_hash(replace(cfg, train=replace(cfg.train, seed=2))) != config_hash(cfg)
+
+
+# --- sizes and shapes ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["course", "tiny", "llama", "gpt2", "qwen3"])
+def test_parameter_estimate_matches_the_model(name):
+    m = get_preset(name).model
+    assert abs(param_count(m) / summarize(m).total_params - 1) < 0.01
+
+
+PEAK = """
+import resource, sys
+import torch
+import torch.nn.functional as F
+torch.set_num_threads(1)
+from depthlab.presets import get_preset
+from depthlab.model import Transformer
+from depthlab.train.optim import make_optimizer
+cfg = get_preset(sys.argv[1]); tc = cfg.train
+import os
+base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+model = Transformer(cfg.model); opt = make_optimizer(model, tc)
+x = torch.randint(0, cfg.model.vocab_size, (tc.batch_size, tc.seq_len + 1))
+for _ in range(2):
+    loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+"""
+
+
+@pytest.mark.parametrize("name", ["course", "gpt2"])
+def test_memory_estimate_is_within_a_factor_of_the_measured_peak(name):
+    cfg = get_preset(name)
+    est = estimate(cfg.model, cfg.train.batch_size, cfg.train.seq_len, training=True)
+    assert est.weights == 4 * param_count(cfg.model) and est.optimizer == 3 * est.weights
+    out = subprocess.run([sys.executable, "-c", PEAK, name], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    peak = int(out.stdout.strip())
+    assert 0.5 < est.total / peak < 2.0, (est.total, peak)
+
+
+@pytest.mark.parametrize("setting", ["model.vocab_size=1000000000", "train.batch_size=1000000000"])
+def test_sizes_that_cannot_fit_are_refused_with_the_estimate(setting):
+    cfg = get_preset("course")
+    from depthlab.config import apply_overrides
+
+    with pytest.raises(UserError, match=r"needs about .* but .* is free"):
+        check_fits(apply_overrides(cfg, [f"{setting}"]))
+
+
+def edited_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    train(config(steps=4, ckpt_every=2), run, progress=False)
+    record = json.loads((run / "config.json").read_text())
+    record["config"]["model"]["d_model"] = 64
+    (run / "config.json").write_text(json.dumps(record))
+    return run
+
+
+def test_a_run_edited_to_another_shape_names_the_tensor_and_both_shapes(tmp_path, capsys):
+    run = edited_run(tmp_path)
+    code, err = cli(["generate", "--run", str(run), "--prompt", "ROMEO:", "--tokens", "3"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "tensor embed_tokens.weight has shape [" in err and ", 32] in the file" in err
+    assert ", 64]" in err
+    code, err = cli(["train", "--config", str(run / "config.json"), "--out", str(run),
+                     "--resume", "--no-progress"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1 and "has shape" in err and "64]" in err
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank0_holds_the_lock_and_both_ranks_refuse(tmp_path):
+    from test_train_dist import free_port
+
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DEPTHLAB_CACHE": str(tmp_path / "cache")}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", "depthlab"]
+    argv = ["train", "--preset", "tiny", "--corpus", TEXT, "--steps", "4", "--no-progress",
+            "--out", str(run)]
+    with DirLock(run):
+        held = subprocess.run([*launcher, *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=180)
+    assert held.returncode != 0
+    assert f"in use by process {os.getpid()}" in held.stderr
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    free = subprocess.run([*launcher, *argv], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert free.returncode == 0, free.stderr[-3000:]
+    assert read_metrics(run, "run_end")[-1]["status"] == "completed"
