@@ -93,8 +93,10 @@ async ([patch, wantFrom]) => {
   const req = {mode: st.mode, n: st.n, g: st.g, residual: st.res, prenorm: st.pre, scale_writes: st.wb};
   let want;
   if (wantFrom === "api") {
-    const post = (p, b) => fetch(p, {method: "POST", headers: {"content-type": "application/json"},
-                                     body: JSON.stringify(b)}).then((r) => r.json());
+    const meta = await fetch("api/meta").then((r) => r.json());  // the write token, as the page sends it
+    const post = (p, b) => fetch(p, {method: "POST", body: JSON.stringify(b),
+                                     headers: {"content-type": "application/json",
+                                               [meta.token_header]: meta.write_token}}).then((r) => r.json());
     want = {sim: await post("api/simulate", req)};
     if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.res, prenorm: st.pre, scale_writes: st.wb});
   } else {

@@ -129,8 +129,9 @@ def test_axe_no_serious_violations(lang, live, browser):
 def test_hover_reads_out_the_value(live, browser):
     page, _ = open_page(browser, live + "#lang=en&n=8&g=0.50&res=0")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '8'")
-    api = page.evaluate("""() => fetch('api/simulate', {method: 'POST', headers: {'content-type': 'application/json'},
-        body: JSON.stringify({mode: 'gradient', n: 8, g: 0.5, residual: false, prenorm: false, scale_writes: false})})
+    api = page.evaluate("""() => fetch('api/meta').then(r => r.json()).then(m => fetch('api/simulate', {
+        method: 'POST', headers: {'content-type': 'application/json', [m.token_header]: m.write_token},
+        body: JSON.stringify({mode: 'gradient', n: 8, g: 0.5, residual: false, prenorm: false, scale_writes: false})}))
         .then(r => r.json())""")
     page.locator("#c-plain-layers").scroll_into_view_if_needed()
     box = page.locator("#c-plain-layers .u-over").bounding_box()

@@ -119,11 +119,10 @@ def test_lab_logs_every_run_and_ends_with_the_conclusions(tmp_path, capsys, ever
     assert main(["lab", "--budget", "micro", "--no-serve", "--no-real-model", "--runs", str(runs)]) == 0
     out, err = capsys.readouterr()
     step_lines = [m for m in map(LINE.match, err.splitlines()) if m]
-    assert {m["desc"] for m in step_lines} == {
-        "residual 1/4 L2-plain-s0", "residual 2/4 L2-none-s0",
-        "residual 3/4 L3-plain-s0", "residual 4/4 L3-none-s0"}
+    names = [f"L{depth}-{arm}-s0" for depth in (1, 2, 3) for arm in ("plain", "none")]  # micro grid
+    assert {m["desc"] for m in step_lines} == {f"residual {i}/6 {n}" for i, n in enumerate(names, 1)}
     run_lines = [line for line in err.splitlines() if line.startswith("residual: run ")]
-    assert len(run_lines) == 4 and run_lines[-1].startswith("residual: run 4/4 (100%), L3-none")
+    assert len(run_lines) == 6 and run_lines[-1].startswith("residual: run 6/6 (100%), L3-none")
     assert all("tokens/s" in line and "ETA" in line and "val loss" in line for line in run_lines)
     export = json.loads((runs / "residual" / "export.json").read_text())
     tail = out.rstrip("\n").splitlines()[-len(export["conclusions"]):]

@@ -165,7 +165,7 @@ def test_probe_run_cli_json_table_and_plot(tiny_run, tmp_path, capsys):
     text = capsys.readouterr().out
     assert png.stat().st_size > 10_000
     for heading in ("The residual stream after each write", "Attention on the first token",
-                    "Massive activations", "Logit lens", "skip block: dloss"):
+                    "Massive activations", "Logit lens", "Skipping one block"):
         assert heading in text
     same = probe_run_dir(tiny_run, IDS[:10], target=4)
     assert same["lens"] == out["lens"]  # deterministic
