@@ -3,8 +3,9 @@
 Run: python bench/probes.py. Caches of results are cleared before every run, so each
 figure is a full computation (a model built for a shape stays built, as in the server).
 Times are on-CPU time of this thread (time.thread_time), so other load on the machine
-does not inflate them; the wall-clock median is printed beside it. Targets: simulator gradient probe at N = 32 <= 20 ms; a 31-point
-g sweep of both rows <= 1 s; a real-block probe (d 64, 32 tokens, 32 sublayers) <= 60 ms.
+does not inflate them; the wall-clock median is printed beside it. Targets: simulator
+gradient probe at N = 32 <= 20 ms; a 31-point g sweep of both rows <= 1 s; a real-block
+probe (d 64, 32 tokens, 32 sublayers) <= 60 ms.
 """
 
 from __future__ import annotations
