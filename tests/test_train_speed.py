@@ -77,3 +77,15 @@ def test_values_are_read_off_the_cpu_only_where_used(device, step, expected):
     rt = runtime.Runtime(0, 1, 0, torch.device(device), False)
     assert loop._reads_values(rt, tc, step, every_step=False) is expected
     assert loop._reads_values(rt, tc, step, every_step=True) is True
+
+
+def test_compile_flag_sets_train_compile_and_is_documented():
+    from depthlab.cli import build_parser
+    from depthlab.cli.train_cmd import resolve
+
+    parser = build_parser()
+    assert resolve(parser.parse_args(["train", "--preset", "tiny", "--compile"])).train.compile
+    assert not resolve(parser.parse_args(["train", "--preset", "tiny"])).train.compile
+    train_help = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions
+                      if "--compile" in a.option_strings).help
+    assert "falls back to eager" in train_help
