@@ -133,15 +133,6 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
             "grad_params": grad_params}
 
 
-def _reads_values(rt: runtime.Runtime, tc: Any, step: int, every_step: bool) -> bool:
-    """Whether optimizer step `step` (1-based) reads loss and gradient norm to the host
-    (the same answer on every rank: the read is a collective)."""
-    if rt.device.type == "cpu" or every_step or step == tc.steps:
-        return True
-    return any(step % every == 0 for every in (tc.log_every, tc.eval_every, tc.probe_every,
-                                                tc.ckpt_every))
-
-
 def train(
     cfg: Config,
     out_dir: Path,
@@ -272,10 +263,8 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
 
                 bar = tqdm(total=tc.steps, initial=step, unit="step", dynamic_ncols=True,
                            disable=not (progress and sys.stderr.isatty()), file=sys.stderr)
-            span_steps = 0  # optimizer steps since loss and throughput were last read
             while step < tc.steps:
-                if span_steps == 0:
-                    t0 = time.perf_counter()
+                t0 = time.perf_counter()
                 lr = lr_at(step, tc)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -292,15 +281,10 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                             loss = _loss(fwd(x), y) / tc.grad_accum
                         loss.backward()
                     loss_sum += loss.detach()
-                grad_norm_t = torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
-                # Reading a value waits for the device: on CPU that is free, elsewhere only
-                # at the steps that log, evaluate, checkpoint or end (divergence shows there).
-                read = _reads_values(rt, tc, step + 1, on_step is not None)
-                if read:
-                    loss_value = rt.sum(loss_sum).item() / rt.world
-                    grad_norm = grad_norm_t.item()
-                if read and not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+                loss_value = rt.sum(loss_sum).item() / rt.world
+                grad_norm = torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf).item()
+                if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
                     what = "loss" if not math.isfinite(loss_value) else "gradient norm"
                     bad = loss_value if what == "loss" else grad_norm
                     kept = checkpoint_dirs(run_dir)
@@ -313,20 +297,16 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
+                dt = time.perf_counter() - t0
                 run_tokens += tokens_per_step
-                span_steps += 1
+                train_loss = loss_value
                 if rt.is_main:
-                    bar.update(1)
-                if read:  # throughput over the steps since the last read
-                    tok_s = span_steps * tokens_per_step / (time.perf_counter() - t0)
-                    span_steps = 0
-                    train_loss = loss_value
-                if read and rt.is_main:
                     if step % tc.log_every == 0 or step == tc.steps:
                         writer.log("train", step=step, tokens=step * tokens_per_step,
                                    loss=loss_value, lr=lr, grad_norm=grad_norm,
-                                   tokens_per_s=tok_s)
-                    bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tok_s:,.0f}")
+                                   tokens_per_s=tokens_per_step / dt)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_step / dt:,.0f}")
                     if on_step is not None:
                         on_step(step, {"loss": loss_value, "lr": lr})
                 if step % tc.eval_every == 0 or step == tc.steps:
@@ -334,7 +314,7 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, progre
                 if step % tc.probe_every == 0 or step == tc.steps:
                     log_probe(step)
                 stop_now = stop.requested if rt.world == 1 else rt.sum(torch.tensor(
-                    float(stop.requested), device=rt.device)).item() > 0
+                    float(stop.requested), device=rt.device)).item() > 0  # no device sync alone
                 out_of_budget = max_steps is not None and step - start_step >= max_steps
                 if (stop_now or out_of_budget) and step < tc.steps:
                     status, message = "interrupted", f"stopped at step {step}; --resume continues"
