@@ -19,7 +19,7 @@ from depthlab.model.attention import KVCache
 def _next_logits(model: torch.nn.Module, seq: list[int], cache: KVCache | None,
                  device: torch.device) -> torch.Tensor:
     """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks."""
-    if cache is not None and len(seq) <= cache.capacity:
+    if cache is not None and len(seq) <= model.cfg.context_len:
         new = torch.tensor([seq[cache.length:]], dtype=torch.long, device=device)
         return model(new, cache=cache)[0, -1].float()
     window = seq[-model.cfg.context_len:]
@@ -57,8 +57,9 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     context = model.cfg.context_len
     seq = list(ids)
     cache = None
-    if use_cache:
-        cache = KVCache(model.cfg, 1, context, next(model.parameters()).dtype, device)
+    if use_cache:  # room for what this call can reach, not the whole context (32k for some)
+        capacity = min(context, len(ids) + n_tokens)
+        cache = KVCache(model.cfg, 1, capacity, next(model.parameters()).dtype, device)
     out: list[int] = []
     for _ in range(n_tokens):
         logits = _next_logits(model, seq, cache, device)

@@ -18,8 +18,8 @@ PRESETS = ["course", "gpt2", "vaswani2017", "llama", "qwen3", "qwen_next", "olmo
 
 def small(preset: str, seed: int, **changes) -> Transformer:
     cfg = get_preset(preset).model
-    cfg = replace(cfg, vocab_size=97, context_len=48, d_model=32, n_heads=4, init_std=0.3,
-                  **changes)
+    sizes = {"vocab_size": 97, "context_len": 48, "d_model": 32, "n_heads": 4, "init_std": 0.3}
+    cfg = replace(cfg, **(sizes | changes))
     torch.manual_seed(seed)
     model = Transformer(cfg).eval()
     with torch.no_grad():  # trained-looking weights: norm scales away from their init
@@ -115,3 +115,19 @@ def test_a_full_cache_says_so():
     cache = KVCache(model.cfg, 1, 6, torch.float32, "cpu")
     with torch.no_grad(), pytest.raises(ValueError, match="holds 6 tokens"):
         model(torch.zeros(1, 7, dtype=torch.long), cache=cache)
+
+
+def test_generate_sizes_the_cache_to_the_request_not_the_context(monkeypatch):
+    import depthlab.generate as gen
+
+    sizes = []
+
+    class Recording(KVCache):
+        def __init__(self, cfg, batch, capacity, dtype, device):
+            sizes.append(capacity)
+            super().__init__(cfg, batch, capacity, dtype, device)
+
+    monkeypatch.setattr(gen, "KVCache", Recording)
+    model = small("course", 1, context_len=4096)
+    assert len(generate(model, [1, 2, 3], 20, greedy=True)) == 20
+    assert sizes == [23]

@@ -6,8 +6,8 @@ zero-centred RMSNorm multiplies by (1 + w) with w starting at 0, so weight decay
 pulls it toward the identity scale instead of toward zero.
 
 Each norm's `reference` method is that formula, step by step. `forward` computes
-the same function with PyTorch's fused kernel (`F.layer_norm`, `F.rms_norm`: one
-pass instead of five elementwise ops, and a smaller autograd graph) whenever the
+the same function with PyTorch's kernels (`F.layer_norm`: one pass instead of five
+elementwise ops; `F.rms_norm`: fewer ops and a smaller autograd graph) whenever the
 input and the scale share a full-precision dtype; half-precision inputs take the
 reference path, which keeps its statistics in float32. No hook sits inside a norm,
 so the two paths are indistinguishable to probes; tests/test_norms_fused.py checks
