@@ -1,7 +1,7 @@
 """Where a run executes: device, threads, torchrun ranks, compilation and stop signals.
 
 Thread default (train.threads=0): one thread per process up to d_model 256 and
-always under torchrun; every core only for wider models. bench/threads.py measures
+always under torchrun; every core only for wider models. bench/train_speed.py measures
 one against two threads at the course shapes (README "Speed" has its figures).
 
 On CUDA: TF32 matmuls, pinned host batches copied without blocking; bf16 autocast
