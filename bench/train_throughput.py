@@ -3,14 +3,19 @@ of this machine's fp32 matmul peak, measured in the same run.
 
 FLOPs per token = 6N (N = non-embedding parameters + the LM head matmul) plus
 attention, 12 * L * T * d per token (forward + backward of QK^T and PV, causal
-masking not subtracted). Peak = the best of a few large square torch.mm calls.
+masking not subtracted). Peak = the best of a few large square torch.mm calls, measured
+before and after the models (the best of both). Times are CPU time of this process
+(time.process_time), so other load on the machine does not count against either side.
+`--compile` adds torch.compile'd rows (minutes of compilation on a CPU).
 
-    python bench/train_throughput.py [--threads 1] [--steps 10] [--batch 16] [--seq 128]
+    python bench/train_throughput.py [--threads 1] [--steps 10] [--batch 16] [--seq 128] [--compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import time
 from dataclasses import replace
 
@@ -27,9 +32,9 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
     torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         torch.mm(a, b)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     return 2 * n**3 / best
 
 
@@ -59,10 +64,10 @@ def measure(d_model: int, compiled: bool, steps: int, batch: int,
 
     for _ in range(2):  # warm-up (and compilation)
         step()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(steps):
         step()
-    tokens_per_s = steps * batch * seq / (time.perf_counter() - t0)
+    tokens_per_s = steps * batch * seq / (time.process_time() - t0)
     return tokens_per_s, flops_per_token(model, seq)
 
 
@@ -72,13 +77,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_peak()
-    print(f"threads {args.threads}; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s (2048^3 torch.mm)")
-    print(f"{'d_model':>7} {'mode':>8} {'tokens/s':>10} {'GFLOP/s':>8} {'of peak':>8}")
+    rows = []
     for d in (128, 256):
-        for compiled in (False, True):
+        for compiled in (False, True) if args.compile else (False,):
             mode = "compiled" if compiled else "eager"
             try:
                 tps, fpt = measure(d, compiled, args.steps, args.batch, args.seq)
@@ -86,9 +91,14 @@ def main() -> None:
                 print(f"{d:>7} {mode:>8}  skipped: torch.compile failed "
                       f"({type(e).__name__}: {str(e).splitlines()[0][:80]})")
                 continue
-            achieved = tps * fpt
-            print(f"{d:>7} {mode:>8} {tps:>10,.0f} {achieved / 1e9:>8.1f} "
-                  f"{achieved / peak:>8.1%}")
+            rows.append((d, mode, tps, tps * fpt))
+    peak = max(peak, matmul_peak())
+    print(f"{datetime.date.today()}; threads {args.threads}; 1-min load average "
+          f"{os.getloadavg()[0]:.2f}; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s per CPU-second "
+          "(2048^3 torch.mm)")
+    print(f"{'d_model':>7} {'mode':>8} {'tokens/CPU-s':>13} {'GFLOP/s':>8} {'of peak':>8}")
+    for d, mode, tps, achieved in rows:
+        print(f"{d:>7} {mode:>8} {tps:>13,.0f} {achieved / 1e9:>8.1f} {achieved / peak:>8.1%}")
 
 
 if __name__ == "__main__":

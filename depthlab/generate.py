@@ -1,7 +1,11 @@
 """Sampling and the next-token view, shared by the CLI and the Hugging Face parity tests.
 
-`generate` runs the full forward pass for every new token (no KV cache): slower,
-but it is the same computation the lesson draws, and the models are small.
+`generate` keeps a KV cache: the prompt is run once, then each new token is one
+forward pass of one token that attends to the cached keys and values of all
+earlier ones. `use_cache=False` recomputes the whole window for every token (the
+computation the lesson draws); both give the same tokens. A model sees at most
+context_len tokens: once the sequence is longer, every step recomputes the last
+context_len tokens at positions 0..context_len-1, with or without the cache.
 """
 
 from __future__ import annotations
@@ -11,6 +15,17 @@ import math
 import torch
 
 from depthlab.errors import UserError
+from depthlab.model.attention import KVCache
+
+
+def _next_logits(model: torch.nn.Module, seq: list[int], cache: KVCache | None,
+                 device: torch.device) -> torch.Tensor:
+    """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks."""
+    if cache is not None and len(seq) <= model.cfg.context_len:
+        new = torch.tensor([seq[cache.length:]], dtype=torch.long, device=device)
+        return model(new, cache=cache)[0, -1].float()
+    window = seq[-model.cfg.context_len:]
+    return model(torch.tensor([window], dtype=torch.long, device=device))[0, -1].float()
 
 # Bounds on one request. Without a KV cache every new token is a full forward pass over
 # the context, so 10,000 tokens is already minutes for the course model; the prompt
@@ -22,13 +37,14 @@ MAX_PROMPT_TOKENS = 1_000_000
 @torch.no_grad()
 def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, greedy: bool = False,
-             seed: int | None = None) -> list[int]:
+             seed: int | None = None, use_cache: bool = True) -> list[int]:
     """The `n_tokens` ids that follow `ids` (the prompt is not repeated).
 
     greedy: always the most likely token (deterministic, what transformers'
     `do_sample=False` does). Otherwise sample from softmax(logits / temperature),
     restricted to the top_k most likely tokens when top_k is set; `seed` makes
     sampling repeatable. Only the last model.cfg.context_len tokens are seen.
+    use_cache: keep keys and values between tokens (same output, far fewer FLOPs).
     """
     if not ids:
         raise UserError("generation needs at least one prompt token")
@@ -49,10 +65,15 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
         generator.manual_seed(seed)
     was_training = model.training
     model.eval()
-    seq = torch.tensor([ids], dtype=torch.long, device=device)
+    context = model.cfg.context_len
+    seq = list(ids)
+    cache = None
+    if use_cache:  # room for what this call can reach, not the whole context (32k for some)
+        capacity = min(context, len(ids) + n_tokens)
+        cache = KVCache(model.cfg, 1, capacity, next(model.parameters()).dtype, device)
     out: list[int] = []
     for _ in range(n_tokens):
-        logits = model(seq[:, -model.cfg.context_len:])[0, -1].float()
+        logits = _next_logits(model, seq, cache, device)
         if greedy:
             nxt = int(logits.argmax())
         else:
@@ -63,7 +84,7 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
             probs = torch.softmax(logits, dim=-1)
             nxt = int(torch.multinomial(probs, 1, generator=generator))
         out.append(nxt)
-        seq = torch.cat([seq, torch.tensor([[nxt]], device=device)], dim=1)
+        seq.append(nxt)
     model.train(was_training)
     return out
 

@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="seed for init and data order (train.seed)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), help="train.device")
     p.add_argument("--threads", type=int, help="torch threads per process; 0: auto")
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the model (train.compile): minutes of compilation "
+                   "first; pays off on GPUs, not on the CPUs bench/ measured; falls back to "
+                   "eager with a message when compilation fails")
     p.add_argument("--out", metavar="RUN_DIR", help="run directory (default: runs/<name>)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest readable checkpoint "
@@ -42,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 _FLAG_KEYS = {"corpus": "data.corpus", "tokenizer": "data.tokenizer", "steps": "train.steps",
-              "seed": "train.seed", "device": "train.device", "threads": "train.threads"}
+              "seed": "train.seed", "device": "train.device", "threads": "train.threads",
+              "compile": "train.compile"}
 
 
 def resolve(args: argparse.Namespace):  # -> Config

@@ -45,8 +45,18 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
         self.clamp = cfg.ffn_clamp
 
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """gate_proj(x), up_proj(x); while training as one matmul against both weights
+        stacked (as attention does for q, k, v), the parameters staying two."""
+        if not torch.is_grad_enabled():
+            return self.gate_proj(x), self.up_proj(x)
+        weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
+        bias = (None if self.gate_proj.bias is None
+                else torch.cat([self.gate_proj.bias, self.up_proj.bias]))
+        return F.linear(x, weight, bias).chunk(2, dim=-1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_proj(x), self.up_proj(x)
+        gate, up = self.project(x)
         if self.clamp is not None:
             gate = gate.clamp(max=self.clamp)
             up = up.clamp(-self.clamp, self.clamp)

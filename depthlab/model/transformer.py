@@ -14,7 +14,7 @@ from torch import nn
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.hooks import HookedModule, HookPoint
-from depthlab.model.attention import Attention, rope_cos_sin
+from depthlab.model.attention import Attention, KVCache, LayerCache, rope_cos_sin
 from depthlab.model.ffn import make_ffn
 from depthlab.model.norms import NORM_CLASSES, make_norm
 
@@ -51,14 +51,18 @@ class Block(nn.Module):
                      "mlp_in", "mlp_out", "mlp_write", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def scale_write(self, h: torch.Tensor) -> torch.Tensor:
+        return h if self.write_scale == 1.0 else h * self.write_scale
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                cache: LayerCache | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
 
         # Attention sublayer: read the stream, transform, write back.
         h = self.hook_attn_in(self.attn_norm_in(x) if self.attn_norm_in else x)
-        h = self.attn(h, rope)
+        h = self.attn(h, rope, cache)
         h = self.hook_attn_out(self.attn_norm_out(h) if self.attn_norm_out else h)
-        write = self.hook_attn_write(h * self.write_scale)
+        write = self.hook_attn_write(self.scale_write(h))
         x = x + write if self.residual else write  # the residual add, or its ablation
         x = self.attn_norm_post(x) if self.attn_norm_post else x
         x = self.hook_resid_mid(x)
@@ -67,7 +71,7 @@ class Block(nn.Module):
         h = self.hook_mlp_in(self.mlp_norm_in(x) if self.mlp_norm_in else x)
         h = self.mlp(h)
         h = self.hook_mlp_out(self.mlp_norm_out(h) if self.mlp_norm_out else h)
-        write = self.hook_mlp_write(h * self.write_scale)
+        write = self.hook_mlp_write(self.scale_write(h))
         x = x + write if self.residual else write
         x = self.mlp_norm_post(x) if self.mlp_norm_post else x
         return self.hook_resid_post(x)
@@ -85,24 +89,51 @@ class Transformer(HookedModule):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm else None
         self.hook_final = HookPoint()
+        self._rope_tables: dict = {}
         self.lm_head = (
             None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         init_weights(self)
 
-    def rope(self, n_tokens: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def rope(self, n_tokens: int, like: torch.Tensor, start: int = 0,
+             positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """cos, sin for tokens at positions start..start+n_tokens-1 ([T, E]), or at the
+        given `positions` ([T] -> [T, E]; [B, T] -> [B, 1, T, E], one row per sequence)."""
         if self.cfg.position != "rope":
             return None
-        return rope_cos_sin(n_tokens, self.cfg.head_size, self.cfg.rope_theta, like.dtype, like.device)
+        end = start + n_tokens if positions is None else int(positions.max()) + 1
+        cos, sin = self._rope_table(max(end, self.cfg.context_len), like)
+        if positions is None:
+            return cos[start:end], sin[start:end]
+        cos, sin = cos[positions], sin[positions]
+        return (cos, sin) if positions.ndim == 1 else (cos.unsqueeze(1), sin.unsqueeze(1))
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids [B, T] -> residual stream [B, T, D]."""
+    def _rope_table(self, n: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cos/sin table for n positions, kept between calls (it depends only on the
+        config, the dtype and the device); rows are the same whatever n is."""
+        key = (like.dtype, like.device)
+        table = self._rope_tables.get(key)
+        if table is None or table[0].shape[0] < n:
+            table = rope_cos_sin(n, self.cfg.head_size, self.cfg.rope_theta, like.dtype,
+                                 like.device)
+            if not torch.compiler.is_compiling():
+                self._rope_tables[key] = table
+        return table
+
+    def embed(self, idx: torch.Tensor, start: int = 0,
+              positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Token ids [B, T] -> residual stream [B, T, D]; learned positions are those of
+        start..start+T-1, or `positions` ([T] or [B, T]) when given."""
         T = idx.shape[1]
-        if T > self.cfg.context_len and self.pos_embed is not None:
-            raise ValueError(f"{T} tokens exceed model.context_len={self.cfg.context_len}")
         x = self.embed_tokens(idx)
         if self.pos_embed is not None:
-            x = x + self.pos_embed(torch.arange(T, device=idx.device))
+            last = start + T if positions is None else int(positions.max()) + 1
+            if positions is None:
+                positions = torch.arange(start, start + T, device=idx.device)
+            if last > self.cfg.context_len:
+                raise ValueError(f"position {last - 1} is past the learned positions "
+                                 f"(model.context_len={self.cfg.context_len})")
+            x = x + self.pos_embed(positions)
         return self.hook_embed(x)
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
@@ -111,12 +142,23 @@ class Transformer(HookedModule):
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return x @ weight.T
 
-    def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, T, V] for token ids [B, T], or for a residual stream given as `embeds`."""
-        x = self.embed(idx) if embeds is None else embeds
-        rope = self.rope(x.shape[1], x)
-        for block in self.blocks:
-            x = block(x, rope)
+    def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """Logits [B, T, V] for token ids [B, T], or for a residual stream given as `embeds`.
+
+        positions: each token's position, [T] or [B, T] (any offset, per row); default
+          0..T-1, or after the cached tokens when `cache` is given.
+        cache: a KVCache holding the earlier tokens' keys and values; this call's are
+          appended, so the next call continues the sequence.
+        """
+        start = 0 if cache is None else cache.length
+        x = self.embed(idx, start, positions) if embeds is None else embeds
+        rope = self.rope(x.shape[1], x, start, positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, None if cache is None else cache.layer(i))
+        if cache is not None:
+            cache.length += x.shape[1]
         return self.unembed(x)
 
 

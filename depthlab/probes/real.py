@@ -8,6 +8,7 @@ points, in float64. Sublayer l's input is the stream it reads: `blocks.i.hook_re
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import UserError
 from depthlab.hooks import ActivationCache
-from depthlab.model import Transformer
+from depthlab.model import Transformer, init_weights
 from depthlab.probes.simulator import json_list, json_number, mean_cosine, rel_distance
 
 MAX_REAL_TOKENS = 1024
@@ -90,11 +91,29 @@ def stream_measures(cache: ActivationCache, n_layers: int, first: torch.Tensor) 
             "mean_cosine": mean_cosine(states).tolist()}
 
 
+_MODEL_LOCK = threading.Lock()  # one request at a time re-initialises a shared model
+
+
+@lru_cache(maxsize=8)
+def _float64_model(cfg: ModelConfig) -> Transformer:
+    """The model for `cfg`, built once: laid out on the meta device (no memory, no default
+    init) and given float64 storage; `real_probe` initialises it for each seed."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    return model.to_empty(device="cpu").to(torch.float64)
+
+
 @lru_cache(maxsize=64)
 def real_probe(req: RealRequest) -> RealResult:
     """Gradient reach, stream RMS and token collapse of a freshly initialised model."""
+    with _MODEL_LOCK:
+        return _probe(req)
+
+
+def _probe(req: RealRequest) -> RealResult:
+    model = _float64_model(req.model)
     torch.manual_seed(req.seed)
-    model = Transformer(req.model).to(torch.float64)
+    init_weights(model)  # every parameter, drawn in float64
     gen = torch.Generator().manual_seed(req.seed)
     idx = torch.randint(0, req.model.vocab_size, (1, req.tokens), generator=gen)
     readout = torch.randn(1, req.tokens, req.model.vocab_size, generator=gen, dtype=torch.float64)

@@ -254,7 +254,7 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
 
         net = DistributedDataParallel(
             model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None)
-    fwd = torch.compile(net) if tc.compile else net
+    fwd = runtime.compile_or_eager(net) if tc.compile else net
     autocast = (torch.autocast(rt.device.type, dtype=torch.bfloat16)
                 if tc.dtype == "bfloat16" else contextlib.nullcontext())
 
@@ -301,8 +301,9 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
                     group["lr"] = lr
                 loss_sum = torch.zeros((), device=rt.device)
                 for micro in range(tc.grad_accum):
-                    x, y = batches.train_batch(data.train, tc.seed, step, micro, tc.batch_size,
-                                               tc.seq_len, rt.rank, rt.world, rt.device)
+                    x, y = (runtime.to_device(t, rt.device) for t in batches.train_batch(
+                        data.train, tc.seed, step, micro, tc.batch_size, tc.seq_len, rt.rank,
+                        rt.world, torch.device("cpu")))
                     last = micro == tc.grad_accum - 1
                     sync = (net.no_sync() if rt.world > 1 and not last
                             else contextlib.nullcontext())
@@ -343,9 +344,10 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
                     val_loss = log_eval(step)
                 if probe_due(step, tc.probe_every, tc.steps):
                     log_probe(step)
-                stop_now = torch.tensor(float(stop.requested), device=rt.device)
+                stop_now = stop.requested if rt.world == 1 else rt.sum(torch.tensor(
+                    float(stop.requested), device=rt.device)).item() > 0  # no device sync alone
                 out_of_budget = max_steps is not None and step - start_step >= max_steps
-                if (rt.sum(stop_now).item() > 0 or out_of_budget) and step < tc.steps:
+                if (stop_now or out_of_budget) and step < tc.steps:
                     status, message = "interrupted", f"stopped at step {step}; --resume continues"
                     checkpoint(step)
                     break

@@ -30,8 +30,20 @@ def param_groups(model: nn.Module, tc: TrainConfig) -> list[dict]:
             {"params": no_decay, "weight_decay": 0.0}]
 
 
+def adamw_kernel(params: list[torch.Tensor]) -> dict[str, bool]:
+    """AdamW's fused kernel (one pass over all parameters per step) on devices where
+    PyTorch has one for these tensors; else its foreach form (batched ops), never the
+    per-parameter loop PyTorch picks by default on CPU."""
+    fused_devices = ("cpu", "cuda", "mps", "xpu")
+    if params and all(p.device.type in fused_devices and p.is_floating_point() for p in params):
+        return {"fused": True}
+    return {"foreach": True}
+
+
 def make_optimizer(model: nn.Module, tc: TrainConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW(param_groups(model, tc), lr=tc.lr, betas=(tc.beta1, tc.beta2))
+    groups = param_groups(model, tc)
+    kernel = adamw_kernel([p for g in groups for p in g["params"]])
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), **kernel)
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:

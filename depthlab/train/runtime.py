@@ -1,10 +1,12 @@
-"""Where a run executes: device, threads, torchrun ranks, and stop signals.
+"""Where a run executes: device, threads, torchrun ranks, compilation and stop signals.
 
-Thread default (train.threads=0), measured on the 2-core reference machine with
-the course model (d 128, batch 32 x 128, char Shakespeare): one thread 5,400
-tokens/s, two threads 650 tokens/s (threads contend with each other and with
-anything else on the machine). So: one thread per process up to d_model 256 and
-always under torchrun; every core only for wider models.
+Thread default (train.threads=0): one thread per process up to d_model 256 and
+always under torchrun; every core only for wider models. bench/train_speed.py measures
+one against two threads at the course shapes (README "Speed" has its figures).
+
+On CUDA: TF32 matmuls, pinned host batches copied without blocking; bf16 autocast
+(train.dtype), fused AdamW and flash attention (SDPA with is_causal picks it for
+half-precision inputs) come from the loop, the optimizer and the model.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +73,40 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
     return torch.device(name)
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch on `device`: on CUDA through pinned memory and a copy that does not
+    block the host, so the next batch is prepared while the GPU still computes."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def compile_or_eager(net: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    """`torch.compile(net)`, falling back to eager `net` with a one-line message when the
+    first compiled call fails (no C++ toolchain, an unsupported backend); later errors
+    are real ones and propagate."""
+    compiled = torch.compile(net)
+    state = {"fn": compiled, "proven": False}
+
+    def forward(*args: object, **kwargs: object) -> torch.Tensor:
+        if state["proven"]:
+            return state["fn"](*args, **kwargs)
+        try:
+            out = state["fn"](*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any compiler failure means: run eager
+            if state["fn"] is net:
+                raise
+            detail = (str(e).strip().splitlines() or [""])[0][:160]
+            print(f"train.compile: torch.compile failed ({type(e).__name__}: {detail}); "
+                  "continuing without compilation", file=sys.stderr)
+            state["fn"] = net
+            out = net(*args, **kwargs)
+        state["proven"] = True
+        return out
+
+    return forward
+
+
 def auto_threads(cfg: Config, world: int) -> int:
     if world > 1 or cfg.model.d_model <= 256:
         return 1
@@ -81,6 +119,9 @@ def start(cfg: Config) -> Runtime:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = pick_device(cfg.train.device, local_rank)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on tensor cores
+        torch.backends.cudnn.allow_tf32 = True
     torch.set_num_threads(cfg.train.threads or auto_threads(cfg, world))
     owns = False
     if world > 1:
