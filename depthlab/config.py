@@ -100,9 +100,9 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # Laptop defaults: the course model (d 128, char Shakespeare) does ~5,400 tokens/s on
-    # one thread of the 2-core reference machine, so 600 steps of 16 x 128 tokens take
-    # ~4 minutes and the residual pair fits in ~10 (README "Train").
+    # Laptop defaults: the course model (d 128, char Shakespeare) trains at about 5,000 tokens
+    # per CPU-second on one thread (bench/train_speed.py), so 600 steps of 16 x 128 tokens
+    # take about 4 minutes of one core (README "Train").
     steps: int = 600
     batch_size: int = 16  # sequences per optimizer step (per micro-step), all ranks together
     seq_len: int = 128
