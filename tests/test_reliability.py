@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import DATA, REPO, TEXT, cache, config  # noqa: F401 (cache: autouse fixture)
 
 from depthlab.cli import main
 from depthlab.errors import UserError
@@ -25,21 +26,6 @@ from depthlab.presets import get_preset, tiny
 from depthlab.rundir import DirLock, config_hash, read_config
 from depthlab.train import EXIT_DIVERGED, train
 from depthlab.train.checkpoint import checkpoint_dirs, load_latest
-
-DATA = Path(__file__).parent / "data"
-TEXT = str(DATA / "tiny_shakespeare.txt")
-REPO = Path(__file__).parent.parent
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
-
-
-def config(**train):
-    cfg = tiny()
-    return replace(cfg, data=replace(cfg.data, corpus=TEXT),
-                   train=replace(cfg.train, log_every=1, **train))
 
 
 def tree_hashes(root: Path) -> dict[str, str]:

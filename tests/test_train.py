@@ -13,28 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import DATA, REPO, TEXT, cache, config  # noqa: F401 (cache: autouse fixture)
 
 from depthlab.cli import main
 from depthlab.metrics import KINDS, read_metrics
-from depthlab.presets import tiny
 from depthlab.rundir import load_model, load_weights, read_config
 from depthlab.train import EXIT_DIVERGED, EXIT_INTERRUPTED, train
 from depthlab.train.checkpoint import checkpoint_dirs
-
-DATA = Path(__file__).parent / "data"
-TEXT = str(DATA / "tiny_shakespeare.txt")
-REPO = Path(__file__).parent.parent
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
-
-
-def config(**train):
-    cfg = tiny()
-    return replace(cfg, data=replace(cfg.data, corpus=TEXT),
-                   train=replace(cfg.train, log_every=1, **train))
 
 
 def weights_equal(a: Path, b: Path) -> bool:

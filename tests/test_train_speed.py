@@ -1,11 +1,10 @@
 """The training fast path: fused AdamW, and `--compile` falling back to eager with a
 one-line message when compilation fails."""
 
-from dataclasses import replace
-from pathlib import Path
-
 import pytest
 import torch
+import train_helpers as helpers
+from train_helpers import cache  # noqa: F401 (autouse fixture)
 
 from depthlab.metrics import read_metrics
 from depthlab.model import Transformer
@@ -13,18 +12,9 @@ from depthlab.presets import tiny
 from depthlab.train import runtime, train
 from depthlab.train.optim import make_optimizer
 
-TEXT = str(Path(__file__).parent / "data" / "tiny_shakespeare.txt")
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
-
 
 def config(**train_changes):
-    cfg = tiny()
-    return replace(cfg, data=replace(cfg.data, corpus=TEXT),
-                   train=replace(cfg.train, log_every=1, steps=12, **train_changes))
+    return helpers.config(**{"steps": 12, **train_changes})
 
 
 def test_adamw_runs_its_fused_kernel_on_cpu():
