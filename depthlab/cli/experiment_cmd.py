@@ -42,13 +42,15 @@ def handle(args: argparse.Namespace) -> int:
         print_lines(["experiments:", *table(["name", "question"], [
             (name, exp.question) for name, exp in EXPERIMENTS.items()], left={0, 1}), "",
             "budgets (--budget):", *table(
-                ["budget", "steps", "batch x seq", "seeds", "layers", "what for"],
+                ["budget", "steps", "batch x seq", "seeds", "layers", "sweep", "what for"],
                 [(n, b.steps, f"{b.batch_size} x {b.seq_len}", b.seeds, f"{b.shallow}, {b.deep}",
-                  b.about) for n, b in BUDGETS.items()], left={0, 5}),
+                  f"{','.join(map(str, b.depths))} @ {b.sweep_steps or b.steps}", b.about)
+                 for n, b in BUDGETS.items()], left={0, 6}),
             *legend(("steps", "optimizer steps per training run"),
                     ("batch x seq", "sequences per step x tokens per sequence"),
                     ("seeds", "seeds per arm (--seeds changes it)"),
-                    ("layers", "the lesson's shallow and deep model (4 and 12)"))])
+                    ("layers", "the lesson's shallow and deep model"),
+                    ("sweep", "the residual experiment's depths @ its steps per run"))])
         if not args.list:
             raise UserError("name an experiment (listed above)")
         return 0
