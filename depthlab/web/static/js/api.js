@@ -79,6 +79,9 @@
       experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
       status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
       run: (name, budget) => request("POST", "api/experiments/" + encodeURIComponent(name) + "/run", { budget }),
+      realmodelRuns: () => fresh("api/realmodel/runs"),
+      realmodelPrompts: () => get("api/realmodel/prompts"),
+      realmodelProbe: (req) => post("api/realmodel/probe", req),
     };
   }
 
@@ -113,6 +116,11 @@
       experiment: (name) => need((data.exports || {})[name], "experiment " + name),
       status: () => Promise.reject(new Error("static copy")),
       run: () => Promise.reject(new Error("static copy")),
+      // the shipped prompts on one run, keyed as depthlab/web/realmodel.py static_key
+      realmodelRuns: () => Promise.resolve((data.realmodel || {}).runs || []),
+      realmodelPrompts: () => need(data.realmodel, "the real-model prompts"),
+      realmodelProbe: (req) => need(((data.realmodel || {}).results || {})[JSON.stringify([req.run, req.prompt, req.target])],
+                                    "this prompt on this run"),
     };
   }
 

@@ -211,6 +211,10 @@
                         // two-point baseline): draw each as a line across the others' x
                         spanGaps: true };
             if (s.dash) o.dash = [6, 4];
+            if (s.dots) { // points only (one per head, say), no line between them
+              o.paths = () => null;
+              o.points = { show: true, size: 5, stroke: s.color, fill: s.color };
+            }
             if (s.bars) {
               o.paths = uPlot.paths.bars({ size: [0.75, 40] });
               o.fill = s.color + "cc";
@@ -221,9 +225,9 @@
           })
         );
         const scales = { x: { time: false }, y: {} };
-        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1));
+        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
         else if (spec.yRange) scales.y.range = spec.yRange;
-        else scales.y.range = (u) => linRange(u.data.slice(1));
+        else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues()));
         if (spec.xRange) scales.x.range = spec.xRange;
         else if (bars) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
@@ -258,6 +262,7 @@
             }],
             draw: [(u) => {
               const ctx = u.ctx;
+              drawBands(u);
               if (spec.yLog) { // an exact zero has no exponent: a marker on the axis floor
                 raw.ys.forEach((ys, k) => ys.forEach((v, i) => {
                   if (v !== 0) return;
@@ -294,9 +299,41 @@
         };
       }
 
+      // The seed spread of a series: [lo[], hi[]] on the chart's x, drawn as a shaded band
+      // between the points where both are known, with a whisker at each point.
+      const plotValue = (v) => (v == null || !isFinite(v) ? null : spec.yLog ? (v > 0 ? Math.log10(v) : null) : v);
+      const bandValues = () => (raw.bands || []).filter(Boolean).map(([lo, hi]) => lo.concat(hi).map(plotValue));
+      function drawBands(u) {
+        (raw.bands || []).forEach((b, k) => {
+          if (!b) return;
+          const pts = raw.xs.map((x, i) => [x, plotValue(b[0][i]), plotValue(b[1][i])])
+            .filter(([, lo, hi]) => lo != null && hi != null)
+            .map(([x, lo, hi]) => [u.valToPos(x, "x", true), u.valToPos(lo, "y", true), u.valToPos(hi, "y", true)]);
+          if (!pts.length) return;
+          const ctx = u.ctx;
+          ctx.save();
+          ctx.fillStyle = colors[k] + "33";
+          ctx.strokeStyle = colors[k];
+          ctx.lineWidth = 1.5;
+          ctx.beginPath();
+          pts.forEach(([x, , hi], i) => (i ? ctx.lineTo(x, hi) : ctx.moveTo(x, hi)));
+          pts.slice().reverse().forEach(([x, lo]) => ctx.lineTo(x, lo));
+          ctx.closePath();
+          ctx.fill();
+          for (const [x, lo, hi] of pts) {
+            ctx.beginPath();
+            ctx.moveTo(x - 4, lo); ctx.lineTo(x + 4, lo);
+            ctx.moveTo(x, lo); ctx.lineTo(x, hi);
+            ctx.moveTo(x - 4, hi); ctx.lineTo(x + 4, hi);
+            ctx.stroke();
+          }
+          ctx.restore();
+        });
+      }
+
       function drawLegend() {
         legend.textContent = "";
-        spec.series.forEach((s) => {
+        spec.series.filter((s) => s.legend !== false).forEach((s) => {
           const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
           svg.setAttribute("width", "28");
           svg.setAttribute("height", "10");
@@ -305,6 +342,7 @@
           Object.entries({ x1: 1, y1: 5, x2: 27, y2: 5, stroke: s.color, "stroke-width": 2.5 })
             .forEach(([k, v]) => line.setAttribute(k, v));
           if (s.dash) line.setAttribute("stroke-dasharray", "6 4");
+          if (s.dots) { line.setAttribute("stroke-dasharray", "2 6"); line.setAttribute("stroke-linecap", "round"); line.setAttribute("stroke-width", 4); }
           svg.append(line);
           legend.append(DL.h("span", { class: "chart-key" }, svg, typeof s.label === "function" ? s.label() : s.label));
         });
@@ -349,8 +387,9 @@
         }).observe(el);
       }
       const api = {
-        update(xs, ys) {
-          raw = { xs, ys };
+        // bands (optional): per series null or [lo[], hi[]] on xs
+        update(xs, ys, bands) {
+          raw = { xs, ys, bands: bands || null };
           error = null;
           errBox.style.display = "none";
           try {
@@ -361,7 +400,7 @@
         },
         relabel: build,
         state: () => ({
-          xs: raw.xs, ys: raw.ys, draws, error, log: !!spec.yLog,
+          xs: raw.xs, ys: raw.ys, bands: raw.bands || null, draws, error, log: !!spec.yLog,
           xTicks: ticks.x, yTicks: ticks.y,
           yScale: plot ? [plot.scales.y.min, plot.scales.y.max] : null,
           xScale: plot ? [plot.scales.x.min, plot.scales.x.max] : null,
