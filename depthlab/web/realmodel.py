@@ -14,13 +14,14 @@ lock, so the server still works on one probe at a time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
@@ -119,6 +120,13 @@ class RealModelProbes:
             raise RunError(404, f"run: unknown run {name!r}; choose one of: {shown}")
         return self.root / name
 
+    def readable(self, name: str) -> dict[str, bool]:
+        """Which shipped prompts the run's tokenizer reads into 2..MAX_PROMPT_TOKENS tokens."""
+        run = self.run_dir(name)
+        tok = run / rundir.TOKENIZER_FILE
+        stamp = tok.stat().st_mtime_ns if tok.is_file() else None
+        return dict(_readable(str(run), stamp))
+
     def cache_path(self, run: Path, req: ProbeRequest) -> Path:
         key = json.dumps([CACHE_VERSION, _fingerprint(run / rundir.WEIGHTS_FILE), req.prompt,
                           req.target], ensure_ascii=False)
@@ -158,6 +166,22 @@ class RealModelProbes:
         result = probe_run_dir(run, req.prompt, target=req.target)
         result["run"] = req.run  # the name, not this machine's path
         return result
+
+
+@functools.lru_cache(maxsize=32)
+def _readable(run: str, stamp: int | None) -> tuple[tuple[str, bool], ...]:
+    """(prompt id, readable) for one run's tokenizer as it is at `stamp` (its mtime)."""
+    from depthlab.errors import UserError
+
+    tokenizer = rundir.load_tokenizer(Path(run)) if stamp is not None else None
+    out = []
+    for p in PROMPTS:
+        try:
+            n = len(tokenizer.encode(p["text"])) if tokenizer is not None else 0
+        except UserError:
+            n = 0
+        out.append((p["id"], 2 <= n <= MAX_PROMPT_TOKENS))
+    return tuple(out)
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -254,9 +278,14 @@ def router(root: Path, lock: threading.Lock) -> APIRouter:
     def runs() -> list[dict]:
         return list_runs(probes.root)
 
-    @api.get("/prompts", summary="Shipped prompts (en, zh) and each section's question")
-    def prompts() -> dict:
-        return prompts_body()
+    @api.get("/prompts", summary="Shipped prompts (en, zh) and each section's question; with "
+             "?run=NAME each prompt says whether that run's tokenizer can read it")
+    def prompts(run: Annotated[str | None, Query(max_length=200)] = None) -> dict:
+        body = prompts_body()
+        if run is not None:
+            ok = probes.readable(run)
+            body["prompts"] = [{**p, "readable": ok[p["id"]]} for p in PROMPTS]
+        return body
 
     @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)")
     def probe(req: Annotated[ProbeRequest, Body()]) -> dict:

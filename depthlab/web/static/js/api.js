@@ -80,7 +80,7 @@
       status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
       run: (name, budget) => request("POST", "api/experiments/" + encodeURIComponent(name) + "/run", { budget }),
       realmodelRuns: () => fresh("api/realmodel/runs"),
-      realmodelPrompts: () => get("api/realmodel/prompts"),
+      realmodelPrompts: (run) => get("api/realmodel/prompts?run=" + encodeURIComponent(run)),
       realmodelProbe: (req) => post("api/realmodel/probe", req),
     };
   }
@@ -118,7 +118,10 @@
       run: () => Promise.reject(new Error("static copy")),
       // the shipped prompts on one run, keyed as depthlab/web/realmodel.py static_key
       realmodelRuns: () => Promise.resolve((data.realmodel || {}).runs || []),
-      realmodelPrompts: () => need(data.realmodel, "the real-model prompts"),
+      // a shipped prompt is readable here when this copy holds its result on the run
+      realmodelPrompts: (run) => need(data.realmodel, "the real-model prompts").then((d) => Object.assign({}, d, {
+        prompts: d.prompts.map((p) => Object.assign({}, p, {
+          readable: JSON.stringify([run, p.text, p.target]) in (d.results || {}) })) })),
       realmodelProbe: (req) => need(((data.realmodel || {}).results || {})[JSON.stringify([req.run, req.prompt, req.target])],
                                     "this prompt on this run"),
     };

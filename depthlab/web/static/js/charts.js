@@ -344,7 +344,8 @@
           if (s.dash) line.setAttribute("stroke-dasharray", "6 4");
           if (s.dots) { line.setAttribute("stroke-dasharray", "2 6"); line.setAttribute("stroke-linecap", "round"); line.setAttribute("stroke-width", 4); }
           svg.append(line);
-          legend.append(DL.h("span", { class: "chart-key" }, svg, typeof s.label === "function" ? s.label() : s.label));
+          const label = s.key || s.label; // key: the legend's words for a group of series (the heads)
+          legend.append(DL.h("span", { class: "chart-key" }, svg, typeof label === "function" ? label() : label));
         });
       }
 

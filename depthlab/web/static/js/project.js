@@ -41,7 +41,7 @@
           const b = bands[k];
           const i = xs.indexOf(x);
           return b && b[0][i] != null && b[1][i] != null
-            ? " " + DL.t("hover.band", { lo: DL.fmt(b[0][i], 4), hi: DL.fmt(b[1][i], 4) }) : "";
+            ? DL.t("hover.band", { lo: DL.fmt(b[0][i], 4), hi: DL.fmt(b[1][i], 4) }) : "";
         };
         const chart = DL.charts.make(el, {
           title: () => DL.tr(c.title), xLabel: () => DL.tr(c.x_label), yLabel: () => DL.tr(c.y_label), yLog: !!c.y_log, height: 220,

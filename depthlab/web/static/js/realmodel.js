@@ -15,8 +15,10 @@
   const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
 
   // x of a chart -> words for the hover read-out: a stream state, a write, a layer.
-  const stateName = (r, x) => DL.t("rm.x.state", { k: x, name: r.stream.states[x] });
-  const writeName = (r, x) => DL.t("rm.x.write", { k: x, name: r.stream.states[x] });
+  // a state's label from the probe: "embed", then "3.attn" / "3.mlp" (block 3's two writes)
+  const label = (name) => (name === "embed" ? DL.t("rm.embed") : name);
+  const stateName = (r, x) => DL.t("rm.x.state", { k: x, name: label(r.stream.states[x]) });
+  const writeName = (r, x) => DL.t("rm.x.write", { k: x, name: label(r.stream.states[x]) });
   const layerName = (r, x) => DL.t("rm.x.layer", { l: x });
 
   // Each chart: the section it belongs to, its labels, series and how to read them from a result.
@@ -35,7 +37,8 @@
     { section: "attention", id: "rm-attn", title: "rm.c.attn", x: "rm.ax.layer", y: "rm.ax.share", at: layerName,
       yRange: () => [0, 1],
       series: (r) => [["rm.s.layer", C.accent, false, "bars"], ["rm.s.uniform", C.theory, true], ["rm.s.threshold", C.plain, true]]
-        .concat(r.attention.first_token_share[0].map((_, i) => [() => DL.t("rm.s.head", { i }), "#37474f", false, "dots", i > 0])),
+        .concat(r.attention.first_token_share[0].map((_, i) => [() => DL.t("rm.s.head", { i }), "#37474f", false, "dots",
+                                                                i > 0, t("rm.s.heads")])),
       data: (r) => {
         const a = r.attention;
         const L = a.layer_share.length;
@@ -91,7 +94,8 @@
     const errBox = $("rm-error");
     const body = $("rm-body");
     let runs = [];
-    let prompts = null;
+    let prompts = null; // the shipped prompts, each marked readable or not by the run in `promptsRun`
+    let promptsRun = null;
     let result = null;
     let want = null; // the request on screen (or on its way)
     let charts = {};
@@ -106,22 +110,37 @@
     function fillRuns() {
       runSel.textContent = "";
       runs.forEach((r) => runSel.append(h("option", { value: r.name },
-        r.name + " · " + DL.t("rm.kind." + r.kind) + ", " + DL.t("rm.layers", { n: r.n_layers }))));
+        r.name + " · " + DL.t("rm.kind." + r.kind) + DL.t("b.d.sep") + DL.t("rm.layers", { n: r.n_layers }))));
     }
     function fillPrompts() {
       promptSel.textContent = "";
-      prompts.prompts.forEach((p) => promptSel.append(h("option", { value: p.id },
-        "[" + p.lang + "] " + (p.text.length > 48 ? p.text.slice(0, 47) + "…" : p.text))));
+      // each prompt marked with its language: an English prompt in the zh view is data, not a stray word
+      prompts.prompts.forEach((p) => {
+        const o = h("option", { value: p.id, lang: p.lang }, "[" + p.lang + "] " + (p.text.length > 48 ? p.text.slice(0, 47) + "…" : p.text));
+        o.disabled = p.readable === false; // this run's tokenizer cannot read it (or a static copy lacks it)
+        promptSel.append(o);
+      });
       if (source.kind === "live") promptSel.append(h("option", { value: "" }, DL.t("rm.own")));
     }
+
+    // The shipped prompt a state picks: by id, or with neither an id nor typed text, the
+    // first one in the page's language.
+    // Only one the run can read (the course model's character vocabulary has no Chinese).
+    function shippedOf(st) {
+      const named = prompts.prompts.find((p) => p.id === st.rp);
+      if (named || st.rtext.trim()) return named || null;
+      const order = prompts.prompts.filter((p) => p.lang === DL.lang()).concat(prompts.prompts.filter((p) => p.lang !== DL.lang()));
+      return order.find((p) => p.readable !== false) || order[0];
+    }
+    const runOf = (st) => (runs.some((r) => r.name === st.rrun) ? st.rrun
+      // by default the imported real model (what `depthlab lab` puts in runs/smollm2)
+      : (runs.find((r) => r.name === "smollm2") || runs.find((r) => r.kind !== "trained") || runs[0]).name);
 
     // The request a state asks for: {run, prompt, target}, or null while there is nothing to ask.
     function requestOf(st) {
       if (!runs.length || !prompts) return null;
-      // by default the imported real model (what `depthlab lab` puts in runs/smollm2)
-      const fallback = (runs.find((r) => r.name === "smollm2") || runs.find((r) => r.kind !== "trained") || runs[0]).name;
-      const run = runs.some((r) => r.name === st.rrun) ? st.rrun : fallback;
-      const shipped = prompts.prompts.find((p) => p.id === st.rp);
+      const run = runOf(st);
+      const shipped = shippedOf(st);
       const prompt = shipped ? shipped.text : st.rtext.trim();
       if (!prompt) return null;
       const tgt = st.rtgt || (shipped && shipped.target) || null;
@@ -130,8 +149,9 @@
 
     function controls(st, req) {
       if (req) runSel.value = req.run;
-      const shipped = prompts && prompts.prompts.find((p) => p.id === st.rp);
-      promptSel.value = shipped ? st.rp : "";
+      const shipped = prompts && shippedOf(st);
+      promptSel.value = shipped ? shipped.id : "";
+      text.lang = shipped ? shipped.lang : "";
       if (document.activeElement !== text) text.value = shipped ? shipped.text : st.rtext;
       text.readOnly = !!shipped || source.kind !== "live";
       if (document.activeElement !== target) target.value = st.rtgt;
@@ -195,7 +215,7 @@
         }
         if (name === "massive") {
           const m = r.massive.largest;
-          sec.append(h("p", { class: "readout" }, DL.t("rm.largest", { v: DL.fmt(m.value, 4), state: m.state, dim: m.dim, tok: m.token }),
+          sec.append(h("p", { class: "readout" }, DL.t("rm.largest", { v: DL.fmt(m.value, 4), state: label(m.state), dim: m.dim, tok: m.token }),
             r.tokens ? [" ", h("code", {}, JSON.stringify(r.tokens[m.token]))] : "",
             " · " + DL.t("rm.ratio", { x: DL.fmt(m.ratio, 3) })));
         }
@@ -212,9 +232,9 @@
           const el = h("div", { class: "chart", id: c.id });
           grid.append(h("figure", { class: "pchart" }, h("figcaption", {}, DL.t(c.title)), el));
           const [xs, ys] = c.data(r);
-          const series = (typeof c.series === "function" ? c.series(r) : c.series).map(([label, color, dash, kind, nokey]) =>
-            ({ label: typeof label === "function" ? label : t(label), color, dash: !!dash, width: 1.5,
-               bars: kind === "bars", dots: kind === "dots", legend: !nokey, points: !kind && xs.length <= 32 }));
+          const series = (typeof c.series === "function" ? c.series(r) : c.series).map(([label, color, dash, kind, nokey, key]) =>
+            ({ label: typeof label === "function" ? label : t(label), key, color, dash: !!dash, width: 1.5,
+               bars: kind === "bars", dots: kind === "dots", legend: !nokey, points: !kind && !dash && xs.length <= 32 }));
           const chart = DL.charts.make(el, {
             title: t(c.title), xLabel: t(c.x), yLabel: t(c.y), yLog: !!c.yLog, yRange: c.yRange, height: 200, xInt: true,
             // half a step either side, so that the edge bars (and a one-layer model's only bar) show whole
@@ -241,6 +261,19 @@
     }
 
     function update(st) {
+      if (!runs.length) return;
+      const run = runOf(st);
+      if (promptsRun !== run) { // the prompts as this run reads them, then the rest
+        promptsRun = run;
+        source.realmodelPrompts(run).then((ps) => {
+          if (promptsRun !== run) return;
+          prompts = ps;
+          text.maxLength = ps.max_prompt_chars;
+          fillPrompts();
+          update(DL.state.get());
+        }).catch((e) => { fail(e.message); showError(e); });
+        return;
+      }
       if (!prompts) return;
       const req = requestOf(st);
       controls(st, req);
@@ -260,12 +293,9 @@
     target.addEventListener("keydown", (e) => { if (e.key === "Enter") $("rm-go").click(); });
     text.addEventListener("input", () => { if (promptSel.value && !text.readOnly) promptSel.value = ""; });
 
-    const ready = Promise.all([source.realmodelRuns(), source.realmodelPrompts()]).then(([rs, ps]) => {
+    const ready = source.realmodelRuns().then((rs) => {
       runs = rs;
-      prompts = ps;
-      text.maxLength = ps.max_prompt_chars;
       fillRuns();
-      fillPrompts();
       note();
       if (source.kind !== "live") $("rm-go").hidden = true;
       update(DL.state.get());
@@ -274,14 +304,13 @@
     return {
       update: (st) => ready.then(() => update(st)),
       relabel() {
-        if (!prompts) return;
         const v = runSel.value;
         fillRuns();
         runSel.value = v;
-        fillPrompts();
-        controls(DL.state.get(), requestOf(DL.state.get()));
+        if (prompts) fillPrompts();
         note();
         if (result) draw();
+        update(DL.state.get()); // the default prompt follows the language
       },
     };
   };
