@@ -203,7 +203,7 @@ def test_static_export_shows_the_shipped_prompts_of_one_run(runs, browser, tmp_p
     readable = RealModelProbes(runs, threading.Lock()).readable(run)
     assert len(rm["results"]) == sum(readable.values()) >= 2
     page, watch = open_section(browser, url + "#lang=en")
-    assert page.is_hidden("#rm-go")
+    assert page.is_hidden("#rm-go") and page.inner_text("#rm-status").startswith("from this static copy")
     assert "depthlab serve" in page.inner_text("#rm-note")
     key = json.dumps([run, PROMPTS[0]["text"], PROMPTS[0]["target"]], ensure_ascii=False, separators=(",", ":"))
     assert check_section(page, rm["results"][key]) == []

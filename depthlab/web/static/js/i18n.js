@@ -192,6 +192,7 @@
     "rm.busy": ["computing… {s} s (a real model takes some seconds the first time; then the result is cached)",
                 "计算中… {s} 秒(真实模型第一次要算几秒,之后结果会缓存)"],
     "rm.done.cached": ["read from the cache in {ms} ms", "从缓存读取,用时 {ms} 毫秒"],
+    "rm.done.static": ["from this static copy's data, computed when it was exported", "来自这个静态副本导出时算好的数据"],
     "rm.done.computed": ["computed in {s} s, now cached", "计算用时 {s} 秒,已缓存"],
     "rm.noruns": ["No run to probe yet. This command imports SmolLM2 into runs/ (about half a minute):", "还没有可以探测的模型。这条命令把 SmolLM2 导入 runs/(约半分钟):"],
     "rm.static": ["This static copy holds the shipped prompts probed on {run}; typing your own prompt or picking another run needs the live page:",

@@ -181,7 +181,8 @@
         if (JSON.stringify(want) !== key) return; // a newer request took its place
         busy(false);
         const ms = Math.round(performance.now() - t0);
-        status.textContent = r.cached ? DL.t("rm.done.cached", { ms }) : DL.t("rm.done.computed", { s: (ms / 1000).toFixed(1) });
+        status.textContent = source.kind === "static" ? DL.t("rm.done.static")
+          : r.cached ? DL.t("rm.done.cached", { ms }) : DL.t("rm.done.computed", { s: (ms / 1000).toFixed(1) });
         result = r;
         draw();
       }).catch((e) => {
