@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         page.wait_for_function("() => document.getElementById('reading-sim').textContent !== ''",
                                timeout=30000)
         if args.section == "realmodel":  # a probe may be computed first (seconds on a real model)
-            page.wait_for_function("() => DL.realmodel && !DL.realmodel.busy && (DL.realmodel.result() !== null"
-                                   " || document.getElementById('rm-error').textContent !== '')",
+            page.wait_for_function("() => DL.realmodel && !DL.realmodel.busy && (DL.realmodel.result()"
+                                   " !== null || document.getElementById('rm-error').textContent !== '')",
                                    timeout=180000)
         page.wait_for_timeout(500)  # the last chart's paint
         errors = page.evaluate("() => DL.errors")

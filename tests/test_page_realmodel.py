@@ -133,6 +133,20 @@ def test_every_chart_holds_the_probe_of_the_run_in_the_url(runs, live, browser):
     page.wait_for_function(REALMODEL_SETTLED)
     assert "rrun=" + names[0].replace("/", "%2F") in page.url
     assert check_section(page, probe(runs, names[0], PROMPTS[0]["text"], PROMPTS[0]["target"])) == []
+    # hover: the largest |activation| of a state with its dimension and token
+    m = probe(runs, names[0], PROMPTS[0]["text"], PROMPTS[0]["target"])["result"]["massive"]
+    page.locator("#rm-massive").scroll_into_view_if_needed()
+    box = page.locator("#rm-massive .u-over").bounding_box()
+    page.mouse.move(box["x"] + 1, box["y"] + box["height"] / 2)  # state 0, the embedding
+    tip = page.locator("#rm-massive .chart-tip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text().startswith("state 0 (embedding): largest |activation| = ")
+    assert f"dimension {m['dim'][0]}, token {m['token'][0]}" in tip.inner_text()
+    # the other language: the same numbers, the questions and readings in Chinese
+    page.click("#lang")
+    page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+    page.wait_for_function(REALMODEL_SETTLED)
+    assert check_section(page, probe(runs, names[0], PROMPTS[0]["text"], PROMPTS[0]["target"]), "zh") == []
     assert watch.errors == [] and page.evaluate("() => DL.errors") == []
     page.close()
 

@@ -81,7 +81,8 @@
       run: (name, budget) => request("POST", "api/experiments/" + encodeURIComponent(name) + "/run", { budget }),
       realmodelRuns: () => fresh("api/realmodel/runs"),
       realmodelPrompts: (run) => get("api/realmodel/prompts?run=" + encodeURIComponent(run)),
-      realmodelProbe: (req) => post("api/realmodel/probe", req),
+      // not kept in the page: the server's disk cache answers fast, and its `cached` stays true
+      realmodelProbe: (req) => request("POST", "api/realmodel/probe", req),
     };
   }
 
