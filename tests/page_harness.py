@@ -82,6 +82,13 @@ class Watch:
         page.on("request", lambda r: self.urls.append(r.url))
 
 
+# A POST of JSON from inside the page, as api.js sends it: with the server's write token
+# when /api/meta gives one (the server refuses writes without it).
+POST_JSON = """(path, body) => fetch('api/meta').then((r) => r.json()).then((m) => fetch(path, {method: 'POST',
+  headers: Object.assign({'content-type': 'application/json'}, m.token_header ? {[m.token_header]: m.write_token} : {}),
+  body: JSON.stringify(body)})).then((r) => r.json())"""
+
+
 # Set one simulator state, wait until the page has drawn it, and return what is wrong
 # (a list of strings, empty when every chart is right). `want` is the data the charts
 # must hold: {simulate, sweep} from the API, or from the embedded data of a static copy.
@@ -94,8 +101,7 @@ async ([patch, wantFrom]) => {
   const req = {mode: st.mode, n: st.n, g: st.g, residual: st.res, prenorm: st.pre, scale_writes: st.wb};
   let want;
   if (wantFrom === "api") {
-    const post = (p, b) => fetch(p, {method: "POST", headers: {"content-type": "application/json"},
-                                     body: JSON.stringify(b)}).then((r) => r.json());
+    const post = (p, b) => (""" + POST_JSON + r""")(p, b);
     want = {sim: await post("api/simulate", req)};
     if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.res, prenorm: st.pre, scale_writes: st.wb});
   } else {

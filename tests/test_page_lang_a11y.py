@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from page_harness import (
     BROWSER_MARKS,
+    POST_JSON,
     REALMODEL_SETTLED,
     VISIBLE_TEXT,
     Watch,
@@ -98,9 +99,8 @@ def test_axe_no_serious_violations(lang, live, browser):
 def test_hover_reads_out_the_value(live, browser):
     page, _ = open_page(browser, live + "#lang=en&n=8&g=0.50&res=0")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '8'")
-    api = page.evaluate("""() => fetch('api/simulate', {method: 'POST', headers: {'content-type': 'application/json'},
-        body: JSON.stringify({mode: 'gradient', n: 8, g: 0.5, residual: false, prenorm: false, scale_writes: false})})
-        .then(r => r.json())""")
+    api = page.evaluate(f"([p, b]) => ({POST_JSON})(p, b)", ["api/simulate", {"mode": "gradient", "n": 8, "g": 0.5, "residual": False,
+                                                    "prenorm": False, "scale_writes": False}])
     page.locator("#c-plain-layers").scroll_into_view_if_needed()
     box = page.locator("#c-plain-layers .u-over").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5 / 9, box["y"] + box["height"] * 0.9)  # over layer 1's bar

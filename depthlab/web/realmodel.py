@@ -270,6 +270,11 @@ def static_results(root: Path, progress: bool = False) -> dict[str, Any]:
     return out
 
 
+# The 404 of `?run=` for a name not under --runs, as the schema states it.
+UNKNOWN_RUN = {"description": "run: no such run under --runs", "content": {"application/json": {
+    "schema": {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}}}}
+
+
 def router(root: Path, lock: threading.Lock) -> APIRouter:
     probes = RealModelProbes(root, lock)
     api = APIRouter(prefix="/api/realmodel", tags=["real model"])
@@ -279,7 +284,8 @@ def router(root: Path, lock: threading.Lock) -> APIRouter:
         return list_runs(probes.root)
 
     @api.get("/prompts", summary="Shipped prompts (en, zh) and each section's question; with "
-             "?run=NAME each prompt says whether that run's tokenizer can read it")
+             "?run=NAME each prompt says whether that run's tokenizer can read it",
+             responses={404: UNKNOWN_RUN})
     def prompts(run: Annotated[str | None, Query(max_length=200)] = None) -> dict:
         body = prompts_body()
         if run is not None:
