@@ -278,6 +278,7 @@ def test_depth_chart_draws_the_seed_band_on_whole_layers(runs, live, browser):
     tip = page.locator("#pc-residual-depth .chart-tip")
     tip.wait_for(state="visible")
     assert "(seeds: " in tip.inner_text()
+    assert "(seeds: " in c["label"]  # the text alternative states the spread too
     assert watch.errors == []
     page.close()
 

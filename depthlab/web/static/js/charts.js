@@ -193,11 +193,15 @@
         const name = spec.title ? spec.title() : spec.yLabel();
         if (!raw.xs.length) return name;
         if (spec.describe) return name + ". " + spec.describe(raw.xs, raw.ys);
+        const last = raw.xs.length - 1;
         const parts = spec.series.map((s, k) => {
           const lab = typeof s.label === "function" ? s.label() : s.label;
           const ys = raw.ys[k];
+          const band = raw.bands && raw.bands[k];
           return lab + ": " + spec.xLabel() + " " + DL.fmt(raw.xs[0]) + " → " + describeValue(ys[0]) + ", " +
-            DL.fmt(raw.xs[raw.xs.length - 1]) + " → " + describeValue(ys[ys.length - 1]);
+            DL.fmt(raw.xs[last]) + " → " + describeValue(ys[last]) +
+            (band && band[0][last] != null && band[1][last] != null
+              ? DL.t("hover.band", { lo: DL.fmt(band[0][last], 4), hi: DL.fmt(band[1][last], 4) }) : "");
         });
         return name + ". " + parts.join("; ");
       }
@@ -234,7 +238,7 @@
                               grid: { stroke: "#0000001a" }, ticks: { stroke: "#0000002a" } });
         const xAxis = Object.assign(axis(), { label: spec.xLabel(), labelSize: 18, size: 40 });
         xAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
-        if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+        if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
         const yAxis = Object.assign(axis(), { size: 64 });
         if (spec.yLog) {
           yAxis.splits = (u, i, lo, hi) => logSplits(lo, hi);
