@@ -98,7 +98,6 @@
     let promptsRun = null;
     let result = null;
     let want = null; // the request on screen (or on its way)
-    let charts = {};
     let ticker = null;
     DL.realmodel = { result: () => result, request: () => want, busy: false };
 
@@ -124,8 +123,8 @@
     }
 
     // The shipped prompt a state picks: by id, or with neither an id nor typed text, the
-    // first one in the page's language.
-    // Only one the run can read (the course model's character vocabulary has no Chinese).
+    // first one in the page's language that the run can read (a course model's character
+    // vocabulary has no Chinese).
     function shippedOf(st) {
       const named = prompts.prompts.find((p) => p.id === st.rp);
       if (named || st.rtext.trim()) return named || null;
@@ -193,7 +192,6 @@
         else fail(e.message);
         result = null;
         body.textContent = "";
-        charts = {};
       });
     }
 
@@ -201,7 +199,6 @@
       const r = result.result;
       const q = result.questions;
       body.textContent = "";
-      charts = {};
       body.append(h("p", { class: "kv small" }, DL.t("rm.tokens", { n: r.n_tokens }) + " ",
         r.tokens ? r.tokens.map((tok) => h("code", { class: "tok" }, JSON.stringify(tok).slice(1, -1))) : "",
         " · " + DL.t("rm.loss") + " " + DL.fmt(r.loss, 4)));
@@ -236,16 +233,13 @@
           const series = (typeof c.series === "function" ? c.series(r) : c.series).map(([label, color, dash, kind, nokey, key]) =>
             ({ label: typeof label === "function" ? label : t(label), key, color, dash: !!dash, width: 1.5,
                bars: kind === "bars", dots: kind === "dots", legend: !nokey, points: !kind && !dash && xs.length <= 32 }));
-          const chart = DL.charts.make(el, {
+          DL.charts.make(el, {
             title: t(c.title), xLabel: t(c.x), yLabel: t(c.y), yLog: !!c.yLog, yRange: c.yRange, height: 200, xInt: true,
             // half a step either side, so that the edge bars (and a one-layer model's only bar) show whole
             xRange: () => [xs[0] - 0.5, xs[xs.length - 1] + 0.5],
-            hover: (x, v, k, vs) => c.at(r, x) + ": " + (typeof series[k].label === "function" ? series[k].label() : series[k].label) +
-              " = " + vs + (c.extra ? c.extra(r, x, k) : ""),
+            hover: (x, v, k, vs) => c.at(r, x) + ": " + series[k].label() + " = " + vs + (c.extra ? c.extra(r, x, k) : ""),
             series,
-          });
-          chart.update(xs, ys);
-          charts[c.id] = chart;
+          }).update(xs, ys);
         }
       }
     }
