@@ -154,7 +154,8 @@ def test_every_chart_holds_the_probe_of_the_run_in_the_url(runs, live, browser):
 def test_typed_prompt_computing_state_cache_and_refusal(runs, live, browser):
     run = list_runs(runs)[0]["name"]
     page, watch = open_section(browser, live + f"#lang=en&rrun={run}")
-    page.select_option("#rm-prompt", "")
+    page.select_option("#rm-prompt", "")  # the shown text, now as typed text: probed as such
+    page.wait_for_function(REALMODEL_SETTLED)  # (the button waits while a probe is computed)
     text = "First Citizen:\nBefore we proceed any further, hear me speak."
     page.fill("#rm-text", text)
     page.fill("#rm-target", "y")
