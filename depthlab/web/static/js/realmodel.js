@@ -150,7 +150,8 @@
       if (req) runSel.value = req.run;
       const shipped = prompts && shippedOf(st);
       promptSel.value = shipped ? shipped.id : "";
-      text.lang = shipped ? shipped.lang : "";
+      if (shipped) text.lang = shipped.lang;
+      else text.removeAttribute("lang"); // typed text: the reader's own
       if (document.activeElement !== text) text.value = shipped ? shipped.text : st.rtext;
       text.readOnly = !!shipped || source.kind !== "live";
       if (document.activeElement !== target) target.value = st.rtgt;
