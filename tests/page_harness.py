@@ -4,6 +4,7 @@ with finite, distinct, correct tick labels."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -81,6 +82,13 @@ class Watch:
         page.on("request", lambda r: self.urls.append(r.url))
 
 
+# A POST of JSON from inside the page, as api.js sends it: with the server's write token
+# when /api/meta gives one (the server refuses writes without it).
+POST_JSON = """(path, body) => fetch('api/meta').then((r) => r.json()).then((m) => fetch(path, {method: 'POST',
+  headers: Object.assign({'content-type': 'application/json'}, m.token_header ? {[m.token_header]: m.write_token} : {}),
+  body: JSON.stringify(body)})).then((r) => r.json())"""
+
+
 # Set one simulator state, wait until the page has drawn it, and return what is wrong
 # (a list of strings, empty when every chart is right). `want` is the data the charts
 # must hold: {simulate, sweep} from the API, or from the embedded data of a static copy.
@@ -93,10 +101,7 @@ async ([patch, wantFrom]) => {
   const req = {mode: st.mode, n: st.n, g: st.g, residual: st.res, prenorm: st.pre, scale_writes: st.wb};
   let want;
   if (wantFrom === "api") {
-    const meta = await fetch("api/meta").then((r) => r.json());  // the write token, as the page sends it
-    const post = (p, b) => fetch(p, {method: "POST", body: JSON.stringify(b),
-                                     headers: {"content-type": "application/json",
-                                               [meta.token_header]: meta.write_token}}).then((r) => r.json());
+    const post = (p, b) => (""" + POST_JSON + r""")(p, b);
     want = {sim: await post("api/simulate", req)};
     if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.res, prenorm: st.pre, scale_writes: st.wb});
   } else {
@@ -181,3 +186,55 @@ async ([patch, wantFrom]) => {
 """
 
 STATIC_SIM = "() => document.getElementById('depthlab-data') !== null"
+
+# The real-model section has its answer on screen (charts or an error), nothing in flight.
+REALMODEL_SETTLED = """() => window.DL && DL.realmodel && !DL.realmodel.busy &&
+  (DL.realmodel.result() !== null || document.getElementById('rm-error').textContent !== '' ||
+   document.getElementById('rm-note').textContent !== '')"""
+
+# ---- the zh view's stray English (tests/test_page_lang_a11y.py, tests/test_page_realmodel.py) ----
+# The zh view's visible text may hold no Latin word outside this allow-list: symbols and
+# units, terms of the field the Chinese text uses as they are, model, library and author
+# names, and code (inside <code>/<pre>, or identifiers with a digit, an underscore or a dot).
+ALLOWED = set("""
+RMS RMSNorm LayerNorm Pre-Norm Post-Norm Pre-LN Post-LN Pre-RMSNorm QK-norm FFN SwiGLU GELU ReLU
+sigmoid softmax token logits warmup nats Transformer DenseNet depthlab gamma beta eps LM
+course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswani Radford Touvron
+Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
+none sqrt residual English GGUF TransformerLens arccos cos
+""".split())
+
+# Text nodes a reader sees (not in <code>, <pre>, <script>, hidden parts), option text of
+# selects, and every chart's aria-label.
+VISIBLE_TEXT = r"""() => {
+  const out = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest("code, pre, script, style, option, [aria-hidden=true]")) continue;
+    // text marked as another language (a prompt in English): data, not a stray word
+    const marked = el.closest("[lang]");
+    if (marked && marked !== document.documentElement && !marked.lang.startsWith("zh")) continue;
+    const cs = getComputedStyle(el);
+    if (cs.display === "none" || cs.visibility === "hidden" || !el.getClientRects().length) continue;
+    if (n.textContent.trim()) out.push(n.textContent.trim());
+  }
+  document.querySelectorAll("select").forEach((s) => {
+    const o = s.selectedOptions[0];
+    if (o && !(o.lang && !o.lang.startsWith("zh"))) out.push(o.text);
+  });
+  document.querySelectorAll("[role=img][aria-label]").forEach((e) => out.push(e.getAttribute("aria-label")));
+  return out;
+}"""
+
+
+def stray_latin(texts: list[str]) -> list[str]:
+    bad = []
+    for t in texts:
+        for tok in re.findall(r"[A-Za-z0-9_.'\-/]+", t):
+            if re.search(r"[0-9_]|\w\.\w", tok):
+                continue  # a number, a version, an identifier like d_ff or vaswani2017
+            for word in re.findall(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]", tok):
+                if len(word) > 2 and word not in ALLOWED and word.lower() not in ALLOWED:
+                    bad.append(f"{word!r} in {t[:80]!r}")
+    return bad

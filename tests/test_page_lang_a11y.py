@@ -9,10 +9,18 @@ the one-line readings and `?lang=` are checked here too."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from page_harness import BROWSER_MARKS, Watch, chromium, micro_runs, serve
+from page_harness import (
+    BROWSER_MARKS,
+    POST_JSON,
+    REALMODEL_SETTLED,
+    VISIBLE_TEXT,
+    Watch,
+    chromium,
+    micro_runs,
+    serve,
+    stray_latin,
+)
 
 pytestmark = BROWSER_MARKS
 
@@ -25,45 +33,6 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     yield from chromium()
-
-ALLOWED = set("""
-RMS RMSNorm LayerNorm Pre-Norm Post-Norm Pre-LN Post-LN Pre-RMSNorm QK-norm FFN SwiGLU GELU ReLU
-sigmoid softmax token logits warmup nats Transformer DenseNet depthlab gamma beta eps LM
-course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswani Radford Touvron
-Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
-none sqrt residual English
-""".split())
-
-# Text nodes a reader sees (not in <code>, <pre>, <script>, hidden parts), option text of
-# selects, and every chart's aria-label.
-VISIBLE_TEXT = r"""() => {
-  const out = [];
-  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
-    const el = n.parentElement;
-    if (!el || el.closest("code, pre, script, style, option, [aria-hidden=true]")) continue;
-    const cs = getComputedStyle(el);
-    if (cs.display === "none" || cs.visibility === "hidden" || !el.getClientRects().length) continue;
-    if (n.textContent.trim()) out.push(n.textContent.trim());
-  }
-  document.querySelectorAll("select").forEach((s) => s.selectedOptions[0] && out.push(s.selectedOptions[0].text));
-  document.querySelectorAll("[role=img][aria-label]").forEach((e) => out.push(e.getAttribute("aria-label")));
-  return out;
-}"""
-
-
-def stray_latin(texts: list[str]) -> list[str]:
-    bad = []
-    for t in texts:
-        for tok in re.findall(r"[A-Za-z0-9_.'\-/]+", t):
-            if re.search(r"[0-9_]|\w\.\w", tok):
-                continue  # a number, a version, an identifier like d_ff or vaswani2017
-            for word in re.findall(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]", tok):
-                if len(word) > 2 and word not in ALLOWED and word.lower() not in ALLOWED:
-                    bad.append(f"{word!r} in {t[:80]!r}")
-    return bad
-
-
 
 @pytest.fixture(scope="module")
 def live(runs):
@@ -87,6 +56,7 @@ def open_page(browser, url: str, width: int = 1400):
     page.wait_for_function("() => window.DL && DL.ready", timeout=20000)
     page.wait_for_selector("#exp-residual canvas", timeout=20000)
     page.wait_for_function("() => document.getElementById('reading-sim').textContent !== ''")
+    page.wait_for_function(REALMODEL_SETTLED, timeout=60000)
     return page, watch
 
 
@@ -129,10 +99,8 @@ def test_axe_no_serious_violations(lang, live, browser):
 def test_hover_reads_out_the_value(live, browser):
     page, _ = open_page(browser, live + "#lang=en&n=8&g=0.50&res=0")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '8'")
-    api = page.evaluate("""() => fetch('api/meta').then(r => r.json()).then(m => fetch('api/simulate', {
-        method: 'POST', headers: {'content-type': 'application/json', [m.token_header]: m.write_token},
-        body: JSON.stringify({mode: 'gradient', n: 8, g: 0.5, residual: false, prenorm: false, scale_writes: false})}))
-        .then(r => r.json())""")
+    api = page.evaluate(f"([p, b]) => ({POST_JSON})(p, b)", ["api/simulate", {"mode": "gradient", "n": 8, "g": 0.5, "residual": False,
+                                                    "prenorm": False, "scale_writes": False}])
     page.locator("#c-plain-layers").scroll_into_view_if_needed()
     box = page.locator("#c-plain-layers .u-over").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5 / 9, box["y"] + box["height"] * 0.9)  # over layer 1's bar

@@ -3,7 +3,8 @@
 The page's own scripts and styles are inlined, and its data are embedded as JSON:
 the simulator precomputed on a grid of slider positions (GRIDS), the sweeps over g,
 the anatomy, evolution table, growth, block diagrams and every experiment's
-export.json. The same JavaScript reads that data instead of calling the API
+export.json, and the real-model probes of the shipped prompts on one run
+(depthlab.web.realmodel.static_results). The same JavaScript reads that data instead of calling the API
 (static/js/api.js, `embedded`). Values are rounded to 4 significant digits.
 """
 
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from depthlab.progress import Progress
-from depthlab.web import compute, lesson
+from depthlab.web import compute, lesson, realmodel
 from depthlab.web.runs import Runs
 from depthlab.web.schemas import AnatomyRequest, GrowthRequest, SimulateRequest, SweepRequest
 
@@ -97,6 +98,7 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
     for item in data["experiments"]:
         if item["has_data"]:
             data["exports"][item["name"]] = runs.export(item["name"])
+    data["realmodel"] = realmodel.static_results(Path(runs_dir), progress)
     return _round(data)
 
 

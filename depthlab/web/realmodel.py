@@ -14,13 +14,14 @@ lock, so the server still works on one probe at a time.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
@@ -31,7 +32,8 @@ MAX_PROMPT_CHARS = 400
 MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over these
 MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
 CACHE_DIR = Path(".cache") / "realmodel"
-CACHE_VERSION = 1
+STATIC_RUN = "smollm2"  # what `depthlab lab` imports: the run a static page shows
+CACHE_VERSION = 2  # 2: the gradient section and its reading
 
 PROMPTS = [
     {"id": "paris", "lang": "en", "text": "The capital of France is", "target": " Paris"},
@@ -54,6 +56,8 @@ SECTIONS = {
                 "zh": "有没有远大于其余的激活值？"},
     "collapse": {"en": "Do the tokens' vectors become alike with depth?",
                  "zh": "随着深度增加，各词元的向量会变得相似吗？"},
+    "gradient": {"en": "Does the next-token loss still reach the bottom blocks?",
+                 "zh": "下一个词元的损失还能传到最底层的块吗？"},
     "lens": {"en": "From which layer does the model already know the next token?",
              "zh": "模型从哪一层起就已经知道下一个词元？"},
     "ablation": {"en": "Which blocks can be skipped without cost?",
@@ -117,6 +121,13 @@ class RealModelProbes:
             raise RunError(404, f"run: unknown run {name!r}; choose one of: {shown}")
         return self.root / name
 
+    def readable(self, name: str) -> dict[str, bool]:
+        """Which shipped prompts the run's tokenizer reads into 2..MAX_PROMPT_TOKENS tokens."""
+        run = self.run_dir(name)
+        tok = run / rundir.TOKENIZER_FILE
+        stamp = tok.stat().st_mtime_ns if tok.is_file() else None
+        return dict(_readable(str(run), stamp))
+
     def cache_path(self, run: Path, req: ProbeRequest) -> Path:
         key = json.dumps([CACHE_VERSION, _fingerprint(run / rundir.WEIGHTS_FILE), req.prompt,
                           req.target], ensure_ascii=False)
@@ -158,6 +169,22 @@ class RealModelProbes:
         return result
 
 
+@functools.lru_cache(maxsize=32)
+def _readable(run: str, stamp: int | None) -> tuple[tuple[str, bool], ...]:
+    """(prompt id, readable) for one run's tokenizer as it is at `stamp` (its mtime)."""
+    from depthlab.errors import UserError
+
+    tokenizer = rundir.load_tokenizer(Path(run)) if stamp is not None else None
+    out = []
+    for p in PROMPTS:
+        try:
+            n = len(tokenizer.encode(p["text"])) if tokenizer is not None else 0
+        except UserError:
+            n = 0
+        out.append((p["id"], 2 <= n <= MAX_PROMPT_TOKENS))
+    return tuple(out)
+
+
 def _read(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -175,6 +202,8 @@ def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
     first = lens["first_top1"]
     worst = max(range(len(ab["delta_loss"])), key=lambda i: ab["delta_loss"][i])
     cos = s["mean_cosine"][-1]
+    grads = r["grad_norm"]
+    peak = max(range(len(grads)), key=lambda i: grads[i])
     return {
         "stream": {"en": f"RMS {rms[0]:.3g} at the embedding, {max(rms):.3g} at most; "
                          f"sqrt(1 + k) would give {s['rms_expected'][-1]:.3g} after the last write.",
@@ -190,12 +219,56 @@ def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
                           f"维，是中位数的 {m['ratio']:.3g} 倍。"},
         "collapse": {"en": f"Mean cosine between tokens at the top: {cos:.2f} (1 = all alike).",
                      "zh": f"顶层词元之间的平均余弦相似度：{cos:.2f}（1 表示完全相同）。"},
+        "gradient": {"en": f"The stream the first sublayer reads gets {r['ratio']:.3g} x the "
+                           f"gradient of the last one's; the largest is at {r['sublayers'][peak]}.",
+                     "zh": f"第一个子层读取处的梯度是最后一个子层的 {r['ratio']:.3g} 倍；"
+                           f"最大的在 {r['sublayers'][peak]}。"},
         "lens": {"en": f"{top!r} is top-1 from {first} on." if first else
                        f"{top!r} never becomes top-1.",
                  "zh": f"{top!r} 从 {first} 起成为第一。" if first else f"{top!r} 始终不是第一。"},
         "ablation": {"en": f"Skipping block {worst} costs most: +{ab['delta_loss'][worst]:.2f} nats.",
                      "zh": f"跳过第 {worst} 块代价最大：损失增加 {ab['delta_loss'][worst]:.2f} nats。"},
     }
+
+
+def prompts_body() -> dict[str, Any]:
+    return {"prompts": PROMPTS, "questions": SECTIONS, "max_prompt_chars": MAX_PROMPT_CHARS,
+            "max_prompt_tokens": MAX_PROMPT_TOKENS}
+
+
+def static_key(run: str, prompt: str, target: str | None) -> str:
+    """How a static page finds a result: the same string as the page's
+    JSON.stringify([run, prompt, target])."""
+    return json.dumps([run, prompt, target], ensure_ascii=False, separators=(",", ":"))
+
+
+def static_results(root: Path, progress: bool = False) -> dict[str, Any]:
+    """What `export-page` embeds: the shipped prompts probed on one run (SmolLM2 when it
+    is under `root`, else the first run listed), computed now or read from the cache.
+    A typed prompt or another run needs the server; the page says so."""
+    from depthlab.errors import UserError
+    from depthlab.progress import Progress
+
+    runs = list_runs(root)
+    out: dict[str, Any] = {**prompts_body(), "runs": [], "results": {}}
+    if not runs:
+        return out
+    pick = next((r for r in runs if r["name"] == STATIC_RUN), runs[0])
+    probes = RealModelProbes(root, threading.Lock())
+    bar = Progress(len(PROMPTS), desc=f"export-page: probing {pick['name']} on the shipped prompts",
+                   unit="prompt", enabled=progress, each_item=True)
+    for i, p in enumerate(PROMPTS):
+        try:
+            body = probes.probe(ProbeRequest(run=pick["name"], prompt=p["text"], target=p["target"]))
+        except UserError:  # a prompt this run's tokenizer cannot read: left out
+            continue
+        finally:
+            bar.report(i + 1)
+        out["results"][static_key(pick["name"], p["text"], p["target"])] = {**body, "cached": True}
+    bar.close()
+    if out["results"]:
+        out["runs"] = [pick]
+    return out
 
 
 def router(root: Path, lock: threading.Lock) -> APIRouter:
@@ -206,10 +279,15 @@ def router(root: Path, lock: threading.Lock) -> APIRouter:
     def runs() -> list[dict]:
         return list_runs(probes.root)
 
-    @api.get("/prompts", summary="Shipped prompts (en, zh) and each section's question")
-    def prompts() -> dict:
-        return {"prompts": PROMPTS, "questions": SECTIONS, "max_prompt_chars": MAX_PROMPT_CHARS,
-                "max_prompt_tokens": MAX_PROMPT_TOKENS}
+    @api.get("/prompts", summary="Shipped prompts (en, zh) and each section's question; with "
+             "?run=NAME each prompt says whether that run's tokenizer can read it",
+             responses=error_responses(404))
+    def prompts(run: Annotated[str | None, Query(max_length=200)] = None) -> dict:
+        body = prompts_body()
+        if run is not None:
+            ok = probes.readable(run)
+            body["prompts"] = [{**p, "readable": ok[p["id"]]} for p in PROMPTS]
+        return body
 
     @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)",
               responses=error_responses(400, 404))

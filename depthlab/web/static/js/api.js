@@ -92,6 +92,10 @@
       experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
       status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
       run: (name, budget) => request("POST", "api/experiments/" + encodeURIComponent(name) + "/run", { budget }),
+      realmodelRuns: () => fresh("api/realmodel/runs"),
+      realmodelPrompts: (run) => get("api/realmodel/prompts?run=" + encodeURIComponent(run)),
+      // not kept in the page: the server's disk cache answers fast, and its `cached` stays true
+      realmodelProbe: (req) => request("POST", "api/realmodel/probe", req),
     };
   }
 
@@ -126,6 +130,14 @@
       experiment: (name) => need((data.exports || {})[name], "experiment " + name),
       status: () => Promise.reject(new Error("static copy")),
       run: () => Promise.reject(new Error("static copy")),
+      // the shipped prompts on one run, keyed as depthlab/web/realmodel.py static_key
+      realmodelRuns: () => Promise.resolve((data.realmodel || {}).runs || []),
+      // a shipped prompt is readable here when this copy holds its result on the run
+      realmodelPrompts: (run) => need(data.realmodel, "the real-model prompts").then((d) => Object.assign({}, d, {
+        prompts: d.prompts.map((p) => Object.assign({}, p, {
+          readable: JSON.stringify([run, p.text, p.target]) in (d.results || {}) })) })),
+      realmodelProbe: (req) => need(((data.realmodel || {}).results || {})[JSON.stringify([req.run, req.prompt, req.target])],
+                                    "this prompt on this run"),
     };
   }
 

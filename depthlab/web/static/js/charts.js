@@ -193,11 +193,15 @@
         const name = spec.title ? spec.title() : spec.yLabel();
         if (!raw.xs.length) return name;
         if (spec.describe) return name + ". " + spec.describe(raw.xs, raw.ys);
+        const last = raw.xs.length - 1;
         const parts = spec.series.map((s, k) => {
           const lab = typeof s.label === "function" ? s.label() : s.label;
           const ys = raw.ys[k];
+          const band = raw.bands && raw.bands[k];
           return lab + ": " + spec.xLabel() + " " + DL.fmt(raw.xs[0]) + " → " + describeValue(ys[0]) + ", " +
-            DL.fmt(raw.xs[raw.xs.length - 1]) + " → " + describeValue(ys[ys.length - 1]);
+            DL.fmt(raw.xs[last]) + " → " + describeValue(ys[last]) +
+            (band && band[0][last] != null && band[1][last] != null
+              ? DL.t("hover.band", { lo: DL.fmt(band[0][last], 4), hi: DL.fmt(band[1][last], 4) }) : "");
         });
         return name + ". " + parts.join("; ");
       }
@@ -211,6 +215,10 @@
                         // two-point baseline): draw each as a line across the others' x
                         spanGaps: true };
             if (s.dash) o.dash = [6, 4];
+            if (s.dots) { // points only (one per head, say), no line between them
+              o.paths = () => null;
+              o.points = { show: true, size: 5, stroke: s.color, fill: s.color };
+            }
             if (s.bars) {
               o.paths = uPlot.paths.bars({ size: [0.75, 40] });
               o.fill = s.color + "cc";
@@ -221,16 +229,16 @@
           })
         );
         const scales = { x: { time: false }, y: {} };
-        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1));
+        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
         else if (spec.yRange) scales.y.range = spec.yRange;
-        else scales.y.range = (u) => linRange(u.data.slice(1));
+        else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues()));
         if (spec.xRange) scales.x.range = spec.xRange;
         else if (bars) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
                               grid: { stroke: "#0000001a" }, ticks: { stroke: "#0000002a" } });
         const xAxis = Object.assign(axis(), { label: spec.xLabel(), labelSize: 18, size: 40 });
         xAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
-        if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+        if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
         const yAxis = Object.assign(axis(), { size: 64 });
         if (spec.yLog) {
           yAxis.splits = (u, i, lo, hi) => logSplits(lo, hi);
@@ -258,6 +266,7 @@
             }],
             draw: [(u) => {
               const ctx = u.ctx;
+              drawBands(u);
               if (spec.yLog) { // an exact zero has no exponent: a marker on the axis floor
                 raw.ys.forEach((ys, k) => ys.forEach((v, i) => {
                   if (v !== 0) return;
@@ -294,9 +303,41 @@
         };
       }
 
+      // The seed spread of a series: [lo[], hi[]] on the chart's x, drawn as a shaded band
+      // between the points where both are known, with a whisker at each point.
+      const plotValue = (v) => (v == null || !isFinite(v) ? null : spec.yLog ? (v > 0 ? Math.log10(v) : null) : v);
+      const bandValues = () => (raw.bands || []).filter(Boolean).map(([lo, hi]) => lo.concat(hi).map(plotValue));
+      function drawBands(u) {
+        (raw.bands || []).forEach((b, k) => {
+          if (!b) return;
+          const pts = raw.xs.map((x, i) => [x, plotValue(b[0][i]), plotValue(b[1][i])])
+            .filter(([, lo, hi]) => lo != null && hi != null)
+            .map(([x, lo, hi]) => [u.valToPos(x, "x", true), u.valToPos(lo, "y", true), u.valToPos(hi, "y", true)]);
+          if (!pts.length) return;
+          const ctx = u.ctx;
+          ctx.save();
+          ctx.fillStyle = colors[k] + "33";
+          ctx.strokeStyle = colors[k];
+          ctx.lineWidth = 1.5;
+          ctx.beginPath();
+          pts.forEach(([x, , hi], i) => (i ? ctx.lineTo(x, hi) : ctx.moveTo(x, hi)));
+          pts.slice().reverse().forEach(([x, lo]) => ctx.lineTo(x, lo));
+          ctx.closePath();
+          ctx.fill();
+          for (const [x, lo, hi] of pts) {
+            ctx.beginPath();
+            ctx.moveTo(x - 4, lo); ctx.lineTo(x + 4, lo);
+            ctx.moveTo(x, lo); ctx.lineTo(x, hi);
+            ctx.moveTo(x - 4, hi); ctx.lineTo(x + 4, hi);
+            ctx.stroke();
+          }
+          ctx.restore();
+        });
+      }
+
       function drawLegend() {
         legend.textContent = "";
-        spec.series.forEach((s) => {
+        spec.series.filter((s) => s.legend !== false).forEach((s) => {
           const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
           svg.setAttribute("width", "28");
           svg.setAttribute("height", "10");
@@ -305,8 +346,10 @@
           Object.entries({ x1: 1, y1: 5, x2: 27, y2: 5, stroke: s.color, "stroke-width": 2.5 })
             .forEach(([k, v]) => line.setAttribute(k, v));
           if (s.dash) line.setAttribute("stroke-dasharray", "6 4");
+          if (s.dots) { line.setAttribute("stroke-dasharray", "2 6"); line.setAttribute("stroke-linecap", "round"); line.setAttribute("stroke-width", 4); }
           svg.append(line);
-          legend.append(DL.h("span", { class: "chart-key" }, svg, typeof s.label === "function" ? s.label() : s.label));
+          const label = s.key || s.label; // key: the legend's words for a group of series (the heads)
+          legend.append(DL.h("span", { class: "chart-key" }, svg, typeof label === "function" ? label() : label));
         });
       }
 
@@ -349,8 +392,9 @@
         }).observe(el);
       }
       const api = {
-        update(xs, ys) {
-          raw = { xs, ys };
+        // bands (optional): per series null or [lo[], hi[]] on xs
+        update(xs, ys, bands) {
+          raw = { xs, ys, bands: bands || null };
           error = null;
           errBox.style.display = "none";
           try {
@@ -361,7 +405,7 @@
         },
         relabel: build,
         state: () => ({
-          xs: raw.xs, ys: raw.ys, draws, error, log: !!spec.yLog,
+          xs: raw.xs, ys: raw.ys, bands: raw.bands || null, draws, error, log: !!spec.yLog,
           xTicks: ticks.x, yTicks: ticks.y,
           yScale: plot ? [plot.scales.y.min, plot.scales.y.max] : null,
           xScale: plot ? [plot.scales.x.min, plot.scales.x.max] : null,

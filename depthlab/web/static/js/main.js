@@ -28,12 +28,13 @@
   const sim = DL.figures.simulator(source, showError);
   // Built one per task after the simulator (below): one long start-up task would freeze the page.
   const figures = {};
-  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project"];
+  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel"];
   // Which figures a changed state key concerns.
   const ROUTES = {
     mode: ["sim"], n: ["sim"], g: ["sim"], res: ["sim"], pre: ["sim"], wb: ["sim"],
     flow: ["dataflow"], stage: ["dataflow"], preset: ["block"], place: ["block"],
     pn: ["formula"], pa: ["formula"], vec: ["norms"],
+    rrun: ["realmodel"], rp: ["realmodel"], rtext: ["realmodel"], rtgt: ["realmodel"],
   };
 
   function controls(s) {

@@ -30,18 +30,28 @@
         box.append(card);
         // Series may have different x: merge onto one sorted x axis (uPlot's data model).
         const xs = [...new Set(c.series.flatMap((s) => s.x))].sort((a, b) => a - b);
-        const ys = c.series.map((s) => {
-          const m = new Map(s.x.map((x, i) => [x, s.y[i]]));
+        const onXs = (s, vs) => {
+          const m = new Map(s.x.map((x, i) => [x, vs[i]]));
           return xs.map((x) => (m.has(x) ? m.get(x) : null));
-        });
+        };
+        const ys = c.series.map((s) => onXs(s, s.y));
+        // the seed spread (min-max over seeds) of a series that has one
+        const bands = c.series.map((s) => (s.lo && s.hi ? [onXs(s, s.lo), onXs(s, s.hi)] : null));
+        const spread = (k, x) => {
+          const b = bands[k];
+          const i = xs.indexOf(x);
+          return b && b[0][i] != null && b[1][i] != null
+            ? DL.t("hover.band", { lo: DL.fmt(b[0][i], 4), hi: DL.fmt(b[1][i], 4) }) : "";
+        };
         const chart = DL.charts.make(el, {
           title: () => DL.tr(c.title), xLabel: () => DL.tr(c.x_label), yLabel: () => DL.tr(c.y_label), yLog: !!c.y_log, height: 220,
+          xInt: xs.every(Number.isInteger),
           hover: (x, v, k, vs) => DL.t("hover.project", { xname: DL.tr(c.x_label), x: DL.fmt(x, 4), v: vs,
-                                                          row: DL.trData(c.series[k].label) }),
+                                                          row: DL.trData(c.series[k].label) }) + spread(k, x),
           series: c.series.map((s, i) => ({ label: () => DL.trData(s.label), color: colorOf(c.series, i),
                                             dash: !!s.dash, width: 1.5, points: s.x.length < 40 })),
         });
-        chart.update(xs, ys);
+        chart.update(xs, ys, bands.some(Boolean) ? bands : null);
         charts.push({ chart, xs, ys });
       }
     }

@@ -24,6 +24,12 @@
     pn: [(s) => clamp(Math.round(num(s, 2)), 1, 64), String],
     pa: [(s) => clamp(num(s, 0.5), -10, 10), String],
     vec: [(s) => s || "3, 4", String],
+    // the real-model section: run, shipped prompt id ("" = the typed text, or with none typed
+    // the first shipped prompt in the page's language), typed text, lens target
+    rrun: [(s) => s || "", String],
+    rp: [(s) => (s && /^[a-z0-9-]{1,40}$/.test(s) ? s : ""), String],
+    rtext: [(s) => (s || "").slice(0, 400), String],
+    rtgt: [(s) => (s || "").slice(0, 40), String],
   };
 
   // The hash first, then the query string (?lang=zh works like #lang=zh).

@@ -1,0 +1,305 @@
+"""The page's real-model section and the project charts' seed-spread bands, in a browser.
+
+Every real-model chart must hold exactly the numbers of the probe (the API's answer for
+the run and prompt in the URL), under the API's question and reading; the run picker
+lists every run the API lists; a typed prompt is sent as typed, shows "computing…"
+while it is computed, lands in the URL and comes back from the cache; a prompt the
+run cannot read is refused in words on the page. The static export shows the shipped
+prompts on one run from its embedded data and says that anything else needs the
+server. The project's depth chart draws the export's lo/hi band on an integer x axis.
+A slow test does the same on SmolLM2 when `depthlab lab` has imported it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from page_harness import BROWSER_MARKS, REALMODEL_SETTLED, Watch, chromium, micro_runs, serve
+
+from depthlab.web.realmodel import PROMPTS, SECTIONS, ProbeRequest, RealModelProbes, list_runs
+
+pytestmark = BROWSER_MARKS
+SMOLLM2 = Path(__file__).resolve().parent.parent / "runs" / "smollm2"
+
+
+def _range(a: int, b: int) -> list[int]:
+    return list(range(a, b + 1))
+
+
+# chart id -> (xs, ys) from a probe result, as the section must draw them
+def expected_charts(r: dict) -> dict[str, tuple[list, list]]:
+    s, a, m, lens = r["stream"], r["attention"], r["massive"], r["lens"]
+    n_states, n_writes, n_layers = len(s["rms"]), len(s["write_ratio"]), len(a["layer_share"])
+    heads = [[row[i] for row in a["first_token_share"]] for i in range(len(a["first_token_share"][0]))]
+    return {
+        "rm-rms": (_range(0, n_states - 1), [s["rms"], s["rms_first_token"], s["rms_other_tokens"], s["rms_expected"]]),
+        "rm-write": (_range(1, n_writes), [s["write_ratio"]]),
+        "rm-angle": (_range(1, n_writes), [s["angular_distance"], s["angular_distance_other_tokens"]]),
+        "rm-attn": (_range(0, n_layers - 1), [a["layer_share"], [a["uniform"]] * n_layers, [a["threshold"]] * n_layers, *heads]),
+        "rm-massive": (_range(0, n_states - 1), [m["max_abs"], m["median_abs"]]),
+        "rm-collapse": (_range(0, n_states - 1), [s["mean_cosine"], s["mean_cosine_other_tokens"], s["rel_distance"]]),
+        "rm-grad": (_range(1, len(r["grad_norm"])), [r["grad_norm"]]),
+        "rm-rank": (_range(0, n_states - 1), [[v + 1 for v in lens["rank"]]]),
+        "rm-prob": (_range(0, n_states - 1), [lens["prob"]]),
+        "rm-entropy": (_range(0, n_states - 1), [lens["entropy"], lens["entropy_cached_scale"]]),
+        "rm-ablation": (_range(0, n_layers - 1), [r["ablation"]["delta_loss"]]),
+    }
+
+
+def check_section(page, body: dict, lang: str = "en") -> list[str]:
+    """What is wrong with the drawn section for the probe answer `body` (empty: nothing)."""
+    bad = []
+    charts = page.evaluate("() => DL.charts.all()")
+    for cid, (xs, ys) in expected_charts(body["result"]).items():
+        c = charts.get(cid)
+        if c is None:
+            bad.append(f"{cid}: not drawn")
+            continue
+        if json.loads(json.dumps(c["xs"])) != xs or c["ys"] != json.loads(json.dumps(ys)):
+            bad.append(f"{cid}: does not hold the probe's numbers")
+        if c["error"] or not c["draws"]:
+            bad.append(f"{cid}: error {c['error']}, {c['draws']} draws")
+        if not c["yScale"] or not all(map(lambda v: v is not None, c["yScale"])) or not c["yScale"][1] > c["yScale"][0]:
+            bad.append(f"{cid}: y scale {c['yScale']}")
+        # two labelled ticks on each axis (one on x for a one-layer model's one bar)
+        if len([t for t in c["yTicks"] if t[1]]) < 2 or len([t for t in c["xTicks"] if t[1]]) < min(2, len(xs)):
+            bad.append(f"{cid}: too few labelled ticks {c['xTicks']} {c['yTicks']}")
+        if any(float(t[0]) != int(t[0]) for t in c["xTicks"] if t[1]):
+            bad.append(f"{cid}: a tick between layers/states {c['xTicks']}")
+        if not c["label"] or len(c["label"]) < 20:
+            bad.append(f"{cid}: no text alternative")
+    for name in SECTIONS:
+        sec = page.locator(f"#rm-sec-{name}")
+        if sec.locator("h3").inner_text() != body["questions"][name][lang]:
+            bad.append(f"{name}: question")
+        if sec.locator(".reading").inner_text() != body["readings"][name][lang]:
+            bad.append(f"{name}: reading {sec.locator('.reading').inner_text()!r}")
+    return bad
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return micro_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    yield from chromium()
+
+
+@pytest.fixture(scope="module")
+def live(runs):
+    url, stop = serve(runs)
+    yield url
+    stop()
+
+
+def probe(runs: Path, run: str, prompt: str, target: str | None = None) -> dict:
+    """The API's answer, in-process (the same disk cache the server reads)."""
+    return RealModelProbes(runs, threading.Lock()).probe(ProbeRequest(run=run, prompt=prompt, target=target))
+
+
+def open_section(browser, url: str, width: int = 1400):
+    page = browser.new_page(viewport={"width": width, "height": 900}, locale="en-US")
+    watch = Watch(page)
+    page.goto(url)
+    page.wait_for_function("() => window.DL && DL.ready", timeout=20000)
+    page.wait_for_function(REALMODEL_SETTLED, timeout=60000)
+    return page, watch
+
+
+def test_every_chart_holds_the_probe_of_the_run_in_the_url(runs, live, browser):
+    names = [r["name"] for r in list_runs(runs)]
+    run = names[-1]
+    page, watch = open_section(browser, live + f"#lang=en&rrun={run}")
+    assert [o for o in page.eval_on_selector_all("#rm-run option", "os => os.map(o => o.value)")] == names
+    assert page.input_value("#rm-run") == run
+    shown = page.evaluate("() => DL.realmodel.request()")
+    assert shown["run"] == run and shown["prompt"] == PROMPTS[0]["text"]  # the first English prompt
+    body = probe(runs, run, PROMPTS[0]["text"], PROMPTS[0]["target"])
+    assert check_section(page, body) == []
+    # prompts the run cannot read (no Chinese in a character vocabulary of Shakespeare, or
+    # more than 128 characters) cannot be picked
+    disabled = page.eval_on_selector_all("#rm-prompt option", "os => os.filter(o => o.disabled).map(o => o.value)")
+    readable = RealModelProbes(runs, threading.Lock()).readable(run)
+    assert disabled == [i for i, ok in readable.items() if not ok]
+    assert {p["id"] for p in PROMPTS if p["lang"] == "zh"} <= set(disabled)
+    # another run from the picker: its probe, and the URL says which
+    page.select_option("#rm-run", names[0])
+    page.wait_for_function(f"() => DL.realmodel.result() && DL.realmodel.result().run === {json.dumps(names[0])}")
+    page.wait_for_function(REALMODEL_SETTLED)
+    assert "rrun=" + names[0].replace("/", "%2F") in page.url
+    assert check_section(page, probe(runs, names[0], PROMPTS[0]["text"], PROMPTS[0]["target"])) == []
+    # hover: the largest |activation| of a state with its dimension and token
+    m = probe(runs, names[0], PROMPTS[0]["text"], PROMPTS[0]["target"])["result"]["massive"]
+    page.locator("#rm-massive").scroll_into_view_if_needed()
+    box = page.locator("#rm-massive .u-over").bounding_box()
+    page.mouse.move(box["x"] + 1, box["y"] + box["height"] / 2)  # state 0, the embedding
+    tip = page.locator("#rm-massive .chart-tip")
+    tip.wait_for(state="visible")
+    assert tip.inner_text().startswith("state 0 (embedding): largest |activation| = ")
+    assert f"dimension {m['dim'][0]}, token {m['token'][0]}" in tip.inner_text()
+    # the other language: the same numbers, the questions and readings in Chinese
+    page.click("#lang")
+    page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+    page.wait_for_function(REALMODEL_SETTLED)
+    assert check_section(page, probe(runs, names[0], PROMPTS[0]["text"], PROMPTS[0]["target"]), "zh") == []
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    page.close()
+
+
+def test_typed_prompt_computing_state_cache_and_refusal(runs, live, browser):
+    run = list_runs(runs)[0]["name"]
+    page, watch = open_section(browser, live + f"#lang=en&rrun={run}")
+    page.select_option("#rm-prompt", "")  # the shown text, now as typed text: probed as such
+    page.wait_for_function(REALMODEL_SETTLED)  # (the button waits while a probe is computed)
+    text = "First Citizen:\nBefore we proceed any further, hear me speak."
+    page.fill("#rm-text", text)
+    page.fill("#rm-target", "y")
+    during = page.evaluate("""async () => {
+      document.getElementById('rm-go').click();
+      await new Promise((r) => setTimeout(r, 0));
+      return [DL.realmodel.busy, document.getElementById('rm-status').textContent,
+              document.getElementById('rm-body').getAttribute('aria-busy'), document.getElementById('rm-go').disabled];
+    }""")
+    assert during[0] is True and during[1].startswith("computing…") and during[2] == "true" and during[3] is True
+    page.wait_for_function(REALMODEL_SETTLED, timeout=60000)
+    assert page.inner_text("#rm-status").startswith("computed in")
+    assert page.evaluate("() => DL.realmodel.request()") == {"run": run, "prompt": text, "target": "y"}
+    body = probe(runs, run, text, "y")
+    assert body["cached"] is True  # the page's request computed it and stored it
+    assert check_section(page, body) == []
+    assert page.evaluate("() => DL.realmodel.request()") == {"run": run, "prompt": text, "target": "y"}
+    # the view is in the URL: a fresh page shows it again, from the cache
+    again, _ = open_section(browser, page.url)
+    assert again.input_value("#rm-text") == text and again.input_value("#rm-target") == "y"
+    assert again.inner_text("#rm-status").startswith("read from the cache")
+    assert check_section(again, body) == []
+    again.close()
+    # a prompt of one character is one token: refused, in words, and no chart left standing
+    page.fill("#rm-text", "a")
+    page.click("#rm-go")
+    page.wait_for_function("() => document.getElementById('rm-error').textContent !== ''")
+    error = page.inner_text("#rm-error")
+    assert "prompt: must encode to 2..128 tokens" in error, error
+    assert page.locator("#rm-body .chart").count() == 0
+    assert page.evaluate("() => DL.errors") == []  # the section's own error, not a page failure
+    assert [e for e in watch.errors if "400" not in e] == []
+    page.close()
+
+
+def test_zh_section_speaks_chinese(runs, live, browser):
+    from page_harness import VISIBLE_TEXT, stray_latin
+
+    page, _ = open_section(browser, live + "#lang=zh", 390)
+    run = page.evaluate("() => DL.realmodel.request().run")
+    body = probe(runs, run, PROMPTS[0]["text"], PROMPTS[0]["target"])
+    assert check_section(page, body, "zh") == []
+    texts = page.evaluate(VISIBLE_TEXT.replace("document.body", "document.getElementById('realmodel')"))
+    assert stray_latin(texts) == []
+    # the section fits the phone's width
+    assert page.evaluate("() => document.getElementById('realmodel').scrollWidth <= document.documentElement.clientWidth")
+    page.close()
+
+
+def test_static_export_shows_the_shipped_prompts_of_one_run(runs, browser, tmp_path):
+    from depthlab.web.export import export_page
+
+    url = export_page(tmp_path, runs_dir=runs, grid="small").as_uri()
+    data = json.loads(Path(tmp_path / "index.html").read_text(encoding="utf-8")
+                      .split('id="depthlab-data">', 1)[1].split("</script>", 1)[0].replace("<\\/", "</"))
+    rm = data["realmodel"]
+    run = list_runs(runs)[0]["name"]
+    assert [r["name"] for r in rm["runs"]] == [run]
+    # the prompts the run can read, each with its probe
+    readable = RealModelProbes(runs, threading.Lock()).readable(run)
+    assert len(rm["results"]) == sum(readable.values()) >= 2
+    page, watch = open_section(browser, url + "#lang=en")
+    assert page.is_hidden("#rm-go") and page.inner_text("#rm-status").startswith("from this static copy")
+    assert "depthlab serve" in page.inner_text("#rm-note")
+    key = json.dumps([run, PROMPTS[0]["text"], PROMPTS[0]["target"]], ensure_ascii=False, separators=(",", ":"))
+    assert check_section(page, rm["results"][key]) == []
+    other = next(p for p in PROMPTS[1:] if readable[p["id"]])
+    page.select_option("#rm-prompt", other["id"])
+    page.wait_for_function(f"() => DL.realmodel.result() && DL.realmodel.result().prompt === {json.dumps(other['text'])}")
+    key = json.dumps([run, other["text"], other["target"]], ensure_ascii=False, separators=(",", ":"))
+    assert check_section(page, rm["results"][key]) == []
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    # a prompt the copy does not hold: said on the page
+    page.evaluate("() => DL.state.set({rp: '', rtext: 'something typed elsewhere'})")
+    page.wait_for_function("() => document.getElementById('rm-error').textContent.includes('static copy')")
+    page.close()
+
+
+def test_static_copy_without_runs_says_so(tmp_path):
+    from depthlab.web.realmodel import static_results
+
+    out = static_results(tmp_path)
+    assert out["runs"] == [] and out["results"] == {} and [p["id"] for p in out["prompts"]] == [p["id"] for p in PROMPTS]
+
+
+def test_prompts_say_which_a_run_can_read(runs):
+    from fastapi.testclient import TestClient
+
+    from depthlab.web.app import create_app
+
+    client = TestClient(create_app(runs, warm=False))
+    run = list_runs(runs)[0]["name"]
+    body = client.get("/api/realmodel/prompts", params={"run": run}).json()
+    readable = {p["id"]: p["readable"] for p in body["prompts"]}
+    assert readable["paris"] and not readable["paris-zh"]  # a character vocabulary of Shakespeare
+    assert not readable["residual"]  # more than 128 characters, one token each
+    assert "readable" not in client.get("/api/realmodel/prompts").json()["prompts"][0]
+    r = client.get("/api/realmodel/prompts", params={"run": "nope"})
+    assert r.status_code == 404 and r.json()["error"].startswith("run: unknown run 'nope'")
+
+
+def test_depth_chart_draws_the_seed_band_on_whole_layers(runs, live, browser):
+    export = json.loads((runs / "residual" / "export.json").read_text(encoding="utf-8"))
+    depth = next(c for c in export["charts"] if c["id"] == "depth")
+    page, watch = open_section(browser, live + "#lang=en")
+    page.wait_for_selector("#pc-residual-depth canvas")
+    c = page.evaluate("() => DL.charts.all()['pc-residual-depth']")
+    depths = depth["series"][0]["x"]
+    assert c["xs"] == depths
+    want = [[s["lo"], s["hi"]] if "lo" in s else None for s in depth["series"]]
+    assert c["bands"] == want and sum(b is not None for b in want) == 2  # residual and no residual
+    labelled = [v for v, label in c["xTicks"] if label]
+    assert labelled and all(float(v).is_integer() for v in labelled) and set(labelled) <= set(depths)
+    # the band is inside the y range, and the hover reads the spread out
+    lo = min(v for b in want if b for v in b[0])
+    hi = max(v for b in want if b for v in b[1])
+    assert c["yScale"][0] <= lo and hi <= c["yScale"][1]
+    page.locator("#pc-residual-depth").scroll_into_view_if_needed()
+    box = page.locator("#pc-residual-depth .u-over").bounding_box()
+    page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
+    tip = page.locator("#pc-residual-depth .chart-tip")
+    tip.wait_for(state="visible")
+    assert "(seeds: " in tip.inner_text()
+    assert "(seeds: " in c["label"]  # the text alternative states the spread too
+    assert watch.errors == []
+    page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SMOLLM2 / "model.safetensors").is_file(), reason="runs/smollm2 is not imported (depthlab lab)")
+def test_smollm2_shows_its_attention_sink(tmp_path, browser):
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "smollm2").symlink_to(SMOLLM2)
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=en", 1400)
+        body = probe(root, "smollm2", PROMPTS[0]["text"], PROMPTS[0]["target"])
+        assert check_section(page, body) == []
+        a = body["result"]["attention"]
+        assert sum(a["layer_share"]) / len(a["layer_share"]) > a["uniform"]  # the sink
+        assert "Paris" in page.inner_text("#rm-sec-lens .readout")
+        assert watch.errors == []
+        page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
