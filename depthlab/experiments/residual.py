@@ -152,9 +152,18 @@ def _gap_growth(depths: list[int], gaps: dict, noise: dict, seeds: int) -> dict[
     note = "1 seed, spread not measured" if seeds < 2 else (
         f"{seeds} seeds, spread ±{noise[first] + noise[last]:.4f}")
     if gaps[last] - gaps[first] > noise[first] + noise[last]:
+        # Where it grows: the largest step between neighbouring depths, and the range after it.
+        _, a, b = max((gaps[y] - gaps[x], x, y) for x, y in zip(depths, depths[1:], strict=False))
+        after = [gaps[d] for d in depths if d >= b]
+        where = f" Most of it comes between {a} and {b} layers ({gaps[a]:+.3f} -> {gaps[b]:+.3f})"
+        where_zh = f"主要发生在 {a} 层到 {b} 层之间({gaps[a]:+.3f} → {gaps[b]:+.3f})"
+        if len(after) > 1:
+            low, high = min(after), max(after)
+            where += f"; from {b} to {last} layers it stays between {low:+.3f} and {high:+.3f}"
+            where_zh += f";从 {b} 层到 {last} 层保持在 {low:+.3f} 到 {high:+.3f} 之间"
         return text(f"The gap (without minus with residual) grows with depth: {listed} layers "
-                    f"({note}).",
-                    f"差距(无残差减有残差)随深度变大:{listed_zh}。")
+                    f"({note}).{where}.",
+                    f"差距(无残差减有残差)随深度变大:{listed_zh}。{where_zh}。")
     return text(f"The gap does not grow beyond the seed spread from {first} to {last} layers: "
                 f"{listed} layers ({note}).",
                 f"从 {first} 层到 {last} 层,差距没有超出种子波动地变大:{listed_zh}。")
