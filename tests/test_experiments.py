@@ -250,3 +250,17 @@ def test_bad_names_are_clear_errors(tmp_path):
         run_experiment("nope", out_dir=tmp_path)
     with pytest.raises(UserError, match="unknown budget 'huge'"):
         run_experiment("residual", budget="huge", out_dir=tmp_path)
+
+
+def test_gap_growth_names_where_the_gap_grows():
+    from depthlab.experiments.residual import _gap_growth
+
+    depths = [1, 2, 3, 4]
+    gaps = {1: 0.07, 2: 1.18, 3: 1.17, 4: 1.20}
+    sentence = _gap_growth(depths, gaps, dict.fromkeys(depths, 0.0), 3)
+    assert "grows with depth" in sentence["en"]
+    assert "between 1 and 2 layers (+0.070 -> +1.180)" in sentence["en"]
+    assert "from 2 to 4 layers it stays between +1.170 and +1.200" in sentence["en"]
+    assert "1 层到 2 层之间" in sentence["zh"]
+    flat = _gap_growth(depths, {1: 1.0, 2: 1.01, 3: 0.99, 4: 1.02}, dict.fromkeys(depths, 0.05), 3)
+    assert "does not grow beyond the seed spread" in flat["en"]
