@@ -83,9 +83,9 @@ def depth_chart(depths: list[int], finals: dict, base: Baselines, seeds: int) ->
                  text("layers", "层数"), VAL, curves)
 
 
-def _span(values: list[float]) -> str:
+def _span(values: list[float], to: str = " to ") -> str:
     lo, hi = min(values), max(values)
-    return f"{lo:+.4f}" if math.isclose(lo, hi, abs_tol=5e-5) else f"{lo:+.4f} to {hi:+.4f}"
+    return f"{lo:+.4f}" if math.isclose(lo, hi, abs_tol=5e-5) else f"{lo:+.4f}{to}{hi:+.4f}"
 
 
 def analyze(results: list[RunResult], b: Budget) -> Report:
@@ -214,4 +214,4 @@ def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
     return text(f"Without residual, {names} layers end {_span(diffs)} nats from the unigram "
                 f"baseline of the same tokens ({base.unigram:.4f}); {verdict[0]}.",
                 f"去掉残差后,{'、'.join(map(str, stuck))} 层最终与同一批 token 的一元基线"
-                f"({base.unigram:.4f})相差 {_span(diffs)} nats;{verdict[1]}。")
+                f"({base.unigram:.4f})相差 {_span(diffs, " 到 ")} nats;{verdict[1]}。")
