@@ -214,4 +214,4 @@ def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
     return text(f"Without residual, {names} layers end {_span(diffs)} nats from the unigram "
                 f"baseline of the same tokens ({base.unigram:.4f}); {verdict[0]}.",
                 f"去掉残差后,{'、'.join(map(str, stuck))} 层最终与同一批 token 的一元基线"
-                f"({base.unigram:.4f})相差 {_span(diffs, " 到 ")} nats;{verdict[1]}。")
+                f"({base.unigram:.4f})相差 {_span(diffs, ' 到 ')} nats;{verdict[1]}。")
