@@ -149,7 +149,8 @@ def train(
       this call; the schedule still belongs to cfg.train.steps.
     fwd_hooks: (hook name, fn) pairs attached to the model for the whole run.
     on_step: called on rank 0 after every optimizer step with
-      (step, {"loss", "lr", "tokens_per_s"}).
+      (step, {"loss", "lr", "tokens_per_s"}); off CPU the loss and tokens/s are those of
+      the latest step whose values were read (depthlab.train.step_reads says which).
     Divergence (non-finite loss or gradient) returns status "failed"; user mistakes
     raise depthlab.errors.UserError.
     """
