@@ -34,7 +34,7 @@ MAX_NEW_TOKENS = 10_000
 MAX_PROMPT_TOKENS = 1_000_000
 
 
-@torch.no_grad()
+@torch.inference_mode()  # lighter than no_grad: no version counters or views to track
 def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, greedy: bool = False,
              seed: int | None = None, use_cache: bool = True) -> list[int]:

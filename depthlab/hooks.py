@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module
 
 from depthlab.errors import UserError
 
@@ -23,8 +24,25 @@ HookFn = Callable[[torch.Tensor, str], torch.Tensor | None]
 Names = Iterable[str] | Callable[[str], bool] | None
 
 
+def _global_hooks_set() -> bool:
+    """True while a hook registered for every module (nn.modules.module.register_module_*)
+    exists; HookPoint's fast path must then go through nn.Module's call."""
+    return bool(_module._global_forward_hooks or _module._global_forward_pre_hooks)
+
+
 class HookPoint(nn.Module):
-    """An identity layer that marks a place where hooks can read or replace a tensor."""
+    """An identity layer that marks a place where hooks can read or replace a tensor.
+
+    A model has ~15 hook points per block and nn.Module's call costs a few
+    microseconds each, which is a sizeable part of a one-token decode step. So a
+    HookPoint with no hook attached returns its input without that call; with any
+    hook attached (its own or a global one) it is an ordinary module call.
+    """
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self._forward_hooks or self._forward_pre_hooks or _global_hooks_set():
+            return super().__call__(x)
+        return x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x

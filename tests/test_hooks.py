@@ -82,3 +82,30 @@ def test_forward_hook_can_replace_an_activation():
     with model.hooks(fwd=[("hook_final", lambda t, n: t * 0)]):
         assert torch.all(model(idx) == 0)
     assert torch.equal(model(idx), base)
+
+
+def test_hook_points_skip_the_module_call_only_while_no_hook_could_see_it():
+    from torch.nn.modules.module import register_module_forward_hook
+
+    model = Transformer(CFG)
+    idx = torch.randint(0, 40, (1, 5))
+    seen = []
+    handle = register_module_forward_hook(
+        lambda module, _inputs, _output: seen.append(type(module).__name__))
+    try:
+        model(idx)
+    finally:
+        handle.remove()
+    # A global hook sees every hook point but the pattern, which SDPA's path never forms.
+    expected = [n for n in model.hook_names() if not n.endswith("hook_pattern")]
+    assert seen.count("HookPoint") == len(expected)
+    point = model.hook_points()["blocks.1.hook_resid_mid"]
+    pre = point.register_forward_pre_hook(lambda _module, args: (args[0] * 0,))
+    try:
+        zeroed = model.run_with_cache(idx, names=["blocks.1.hook_resid_mid"])[1]
+    finally:
+        pre.remove()
+    assert torch.all(zeroed["blocks.1.hook_resid_mid"] == 0)
+    seen.clear()
+    model(idx)
+    assert seen == []  # removed: no module hook left anywhere

@@ -131,3 +131,13 @@ def test_generate_sizes_the_cache_to_the_request_not_the_context(monkeypatch):
     model = small("course", 1, context_len=4096)
     assert len(generate(model, [1, 2, 3], 20, greedy=True)) == 20
     assert sizes == [23]
+
+
+def test_a_model_trains_after_generating():
+    # generate runs in inference mode; the RoPE table it builds is kept on the model and
+    # must still be usable by a later training backward.
+    model = small("course", 2).train()
+    generate(model, [1, 2, 3], 5, greedy=True)
+    idx = torch.randint(0, 97, (2, 10), generator=torch.Generator().manual_seed(0))
+    model(idx).logsumexp(-1).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -153,6 +153,53 @@ def test_non_finite_loss_stops_with_exit_code_3(tmp_path):
     assert checkpoint_dirs(tmp_path / "run")[-1][0] == 10
 
 
+def test_off_cpu_the_loss_is_read_only_on_steps_that_need_it(tmp_path, monkeypatch):
+    from depthlab.train import step_reads
+
+    monkeypatch.setattr(step_reads, "read_every_step", lambda device: False)
+    read_at = []
+    real_read = step_reads.StepReads.read
+
+    def spy(self, step, loss, grad_norm):
+        read_at.append(step)
+        return real_read(self, step, loss, grad_norm)
+
+    monkeypatch.setattr(step_reads.StepReads, "read", spy)
+    s = train(config(log_every=4, ckpt_every=5), tmp_path / "run", progress=False)
+    assert s.status == "completed" and s.train_loss is not None
+    # Dense early probes read steps 1-10; then logs (4), checkpoints (5), evals and
+    # probes (10) and the last step.
+    assert read_at == [*range(1, 11), 12, 15, 16, 20, 24, 25, 28, 30]
+    logged = [r["step"] for r in read_metrics(tmp_path / "run", "train")]
+    assert logged == [4, 8, 12, 16, 20, 24, 28, 30]
+
+
+def test_off_cpu_divergence_is_caught_at_the_next_read_and_never_saved(tmp_path, monkeypatch):
+    from depthlab.train import step_reads
+
+    monkeypatch.setattr(step_reads, "read_every_step", lambda device: False)
+    poisoned = {"on": False}
+
+    def poison(t, _name):
+        return t * float("inf") if poisoned["on"] else None
+
+    def arm(step, _values):
+        poisoned["on"] = step >= 12
+
+    s = train(config(log_every=4, ckpt_every=5), tmp_path / "run", progress=False,
+              on_step=arm, fwd_hooks=[("blocks.0.hook_resid_post", poison)])
+    # Step 13 goes non-finite; step 15 (a checkpoint step) is the next read, and it
+    # stops the run before that checkpoint is written.
+    assert s.status == "failed" and s.exit_code == EXIT_DIVERGED
+    assert "(read at step 15) went non-finite at step 13" in s.message
+    assert "step_0000010" in s.message
+    end = read_metrics(tmp_path / "run")[-1]
+    assert end["status"] == "failed" and end["step"] == 12
+    assert checkpoint_dirs(tmp_path / "run")[-1][0] == 10
+    weights = load_weights(tmp_path / "run" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
 def test_cli_divergence_exit_code(tmp_path, capsys):
     code = main(["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(tmp_path / "r"),
                  "--set", "model.init_std=1e30", "--no-progress"])

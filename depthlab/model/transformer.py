@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from depthlab.config import ModelConfig, validate_model
@@ -114,8 +115,11 @@ class Transformer(HookedModule):
         key = (like.dtype, like.device)
         table = self._rope_tables.get(key)
         if table is None or table[0].shape[0] < n:
-            table = rope_cos_sin(n, self.cfg.head_size, self.cfg.rope_theta, like.dtype,
-                                 like.device)
+            # Built outside inference mode even when called from it: the table is kept,
+            # and an inference tensor could not be saved for a later training backward.
+            with torch.inference_mode(False):
+                table = rope_cos_sin(n, self.cfg.head_size, self.cfg.rope_theta, like.dtype,
+                                     like.device)
             if not torch.compiler.is_compiling():
                 self._rope_tables[key] = table
         return table
@@ -140,7 +144,7 @@ class Transformer(HookedModule):
         """Residual stream [B, T, D] -> logits [B, T, V]."""
         x = self.hook_final(self.final_norm(x) if self.final_norm else x)
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return x @ weight.T
+        return F.linear(x, weight)  # x @ weight.T
 
     def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None,

@@ -28,7 +28,7 @@ from depthlab.model import Transformer
 from depthlab.progress import Progress
 from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
 from depthlab.tokenizer import TokenData, prepare_data
-from depthlab.train import batches, runtime
+from depthlab.train import batches, runtime, step_reads
 from depthlab.train.checkpoint import save_checkpoint
 from depthlab.train.measures import input_dependence, probe_due
 from depthlab.train.optim import lr_at, make_optimizer
@@ -149,7 +149,8 @@ def train(
       this call; the schedule still belongs to cfg.train.steps.
     fwd_hooks: (hook name, fn) pairs attached to the model for the whole run.
     on_step: called on rank 0 after every optimizer step with
-      (step, {"loss", "lr", "tokens_per_s"}).
+      (step, {"loss", "lr", "tokens_per_s"}); off CPU the loss and tokens/s are those of
+      the latest step whose values were read (depthlab.train.step_reads says which).
     Divergence (non-finite loss or gradient) returns status "failed"; user mistakes
     raise depthlab.errors.UserError.
     """
@@ -279,7 +280,19 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
             writer.log("eval", step=step, tokens=step * tokens_per_step, val_loss=val)
         return val
 
+    def values_needed(step: int) -> bool:
+        """Steps whose loss is logged or that are saved, evaluated or probed."""
+        return (step % tc.log_every == 0 or step % tc.ckpt_every == 0 or step == tc.steps
+                or step % tc.eval_every == 0 or probe_due(step, tc.probe_every, tc.steps))
+
+    def failed(what: str, bad_step: int) -> tuple[str, str, int]:
+        """status, message and step (the last sound one) of a run that diverged."""
+        optimizer.zero_grad(set_to_none=True)
+        return "failed", _divergence_message(what, bad_step, run_dir, saved_step), bad_step - 1
+
+    reads = step_reads.StepReads(rt.device)
     step = start_step
+    rate, rate_from, busy_s = 0.0, start_step, 0.0  # tokens/s over the steps since a read
     status, message = "completed", ""
     train_loss = val_loss = None
     bar = None
@@ -312,41 +325,46 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
                             loss = _loss(fwd(x), y) / tc.grad_accum
                         loss.backward()
                     loss_sum += loss.detach()
-                loss_value = rt.sum(loss_sum).item() / rt.world
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf).item()
-                diverged = None
-                if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-                    what = "loss" if not math.isfinite(loss_value) else "gradient norm"
-                    diverged = f"{what} is {loss_value if what == 'loss' else grad_norm}"
-                else:
-                    diverged = _optimizer_step(optimizer)
+                loss_t = rt.sum(loss_sum) / rt.world
+                grad_norm_t = torch.nn.utils.clip_grad_norm_(
+                    model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+                reads.record(step + 1, loss_t, grad_norm_t)
+                out_of_budget = max_steps is not None and step + 1 - start_step >= max_steps
+                read_now = reads.every_step or out_of_budget or values_needed(step + 1)
+                diverged = reads.read(step + 1, loss_t, grad_norm_t) if read_now else None
+                if diverged is None:
+                    problem = _optimizer_step(optimizer)
+                    diverged = None if problem is None else (problem, step + 1)
                 if diverged:
-                    status = "failed"
-                    message = _divergence_message(diverged, step + 1, run_dir, saved_step)
-                    optimizer.zero_grad(set_to_none=True)
+                    status, message, step = failed(*diverged)
                     break
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
-                dt = time.perf_counter() - t0
+                busy_s += time.perf_counter() - t0
                 run_tokens += tokens_per_step
-                train_loss = loss_value
+                if read_now:
+                    rate = (step - rate_from) * tokens_per_step / busy_s
+                    rate_from, busy_s = step, 0.0
+                    train_loss = reads.loss
                 if rt.is_main:
                     if step % tc.log_every == 0 or step == tc.steps:
                         writer.log("train", step=step, tokens=step * tokens_per_step,
-                                   loss=loss_value, lr=lr, grad_norm=grad_norm,
-                                   tokens_per_s=tokens_per_step / dt)
-                    bar.report(step, loss=loss_value, tokens_per_s=tokens_per_step / dt)
+                                   loss=reads.loss, lr=lr, grad_norm=reads.grad_norm,
+                                   tokens_per_s=rate)
+                    bar.report(step, loss=reads.loss, tokens_per_s=rate)
                     if on_step is not None:
-                        on_step(step, {"loss": loss_value, "lr": lr,
-                                       "tokens_per_s": tokens_per_step / dt})
+                        on_step(step, {"loss": reads.loss, "lr": lr, "tokens_per_s": rate})
                 if step % tc.eval_every == 0 or step == tc.steps:
                     val_loss = log_eval(step)
                 if probe_due(step, tc.probe_every, tc.steps):
                     log_probe(step)
                 stop_now = stop.requested if rt.world == 1 else rt.sum(torch.tensor(
                     float(stop.requested), device=rt.device)).item() > 0  # no device sync alone
-                out_of_budget = max_steps is not None and step - start_step >= max_steps
+                if stop_now and not read_now:  # never save steps whose values were not read
+                    diverged = reads.read(step, loss_t, grad_norm_t)
+                    if diverged:
+                        status, message, step = failed(*diverged)
+                        break
                 if (stop_now or out_of_budget) and step < tc.steps:
                     status, message = "interrupted", f"stopped at step {step}; --resume continues"
                     checkpoint(step)
