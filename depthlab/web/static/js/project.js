@@ -102,7 +102,7 @@
         body.append(DL.h("h3", {}, DL.t("p.others")));
         body.append(DL.h("ul", { class: "others" }, rest.map((i) => DL.h("li", { id: "exp-" + i.name },
           DL.h("code", {}, i.name), i.question ? ": " + DL.tr(i.question) : "", " ",
-          source.kind === "static" ? "" : DL.h("code", {}, i.command)))));
+          source.kind === "static" ? "" : DL.h("code", { class: "cmd" }, i.command)))));
       }
     }
 
