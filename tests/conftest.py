@@ -8,3 +8,35 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+# The browser tests' module fixtures (tests/page_harness.py holds the pieces; it is
+# imported only when a test asks for one, so the other tests never need playwright).
+# A module that defines a fixture of the same name uses its own.
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A micro `residual` experiment: real charts from a real (tiny) run."""
+    from page_harness import micro_runs
+
+    return micro_runs(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium through Playwright."""
+    from page_harness import chromium
+
+    yield from chromium()
+
+
+@pytest.fixture(scope="module")
+def live(runs):
+    """The page served on `runs` by uvicorn on a free loopback port; its URL."""
+    from page_harness import serve
+
+    url, stop = serve(runs)
+    yield url
+    stop()

@@ -7,28 +7,9 @@ import json
 from urllib.parse import urlparse
 
 import pytest
-from page_harness import ARTIFACTS, BROWSER_MARKS, Watch, chromium, micro_runs, serve
+from page_harness import ARTIFACTS, BROWSER_MARKS, Watch
 
 pytestmark = BROWSER_MARKS
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return micro_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()
-
-
-
-@pytest.fixture(scope="module")
-def server(runs):
-    url, stop = serve(runs)
-    yield url
-    stop()
-
 
 
 def _set_range(page, selector: str, value) -> None:
@@ -41,10 +22,10 @@ def _wait_readout(page, n: int) -> None:
                            f"document.getElementById('ro-plain').dataset.n === '{n}'", timeout=15000)
 
 
-def test_live_page(server, browser, runs):
+def test_live_page(live, browser, runs):
     page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="en-US")
     watch = Watch(page)
-    page.goto(server + "#lang=en")
+    page.goto(live + "#lang=en")
     page.wait_for_function("() => window.DL && DL.ready", timeout=15000)
     _wait_readout(page, 32)
 
@@ -92,9 +73,9 @@ def test_live_page(server, browser, runs):
     page.close()
 
 
-def test_dragging_never_queues(server, browser):
+def test_dragging_never_queues(live, browser):
     page = browser.new_page()
-    page.goto(server + "#lang=en&mode=collapse&n=32")
+    page.goto(live + "#lang=en&mode=collapse&n=32")
     page.wait_for_function("() => window.DL && DL.ready", timeout=15000)
     _wait_readout(page, 32)
     before = page.evaluate("() => DL.stats.requests")
@@ -134,11 +115,10 @@ def test_static_export_from_file(tmp_path, browser, runs):
     page.close()
 
 
-
-def test_a_chart_error_is_shown(server, browser):
+def test_a_chart_error_is_shown(live, browser):
     """A chart that cannot be drawn says so in its box and in the page's error banner."""
     page = browser.new_page()
-    page.goto(server + "#lang=en")
+    page.goto(live + "#lang=en")
     page.wait_for_function("() => window.DL && DL.ready", timeout=15000)
     assert not page.is_visible("#page-errors")
     page.evaluate("""() => { const el = document.createElement('div'); el.id = 't-broken';

@@ -16,9 +16,6 @@ from page_harness import (
     REALMODEL_SETTLED,
     VISIBLE_TEXT,
     Watch,
-    chromium,
-    micro_runs,
-    serve,
     stray_latin,
 )
 
@@ -26,27 +23,10 @@ pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return micro_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()
-
-@pytest.fixture(scope="module")
-def live(runs):
-    url, stop = serve(runs)
-    yield url
-    stop()
-
-
-@pytest.fixture(scope="module")
 def exported(runs, tmp_path_factory):
     from depthlab.web.export import export_page
 
     return export_page(tmp_path_factory.mktemp("export"), runs_dir=runs, grid="small").as_uri()
-
 
 
 def open_page(browser, url: str, width: int = 1400):

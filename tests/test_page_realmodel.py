@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from page_harness import BROWSER_MARKS, REALMODEL_SETTLED, Watch, chromium, micro_runs, serve
+from page_harness import BROWSER_MARKS, REALMODEL_SETTLED, Watch, serve
 
 from depthlab.web.realmodel import PROMPTS, SECTIONS, ProbeRequest, RealModelProbes, list_runs
 
@@ -78,23 +78,6 @@ def check_section(page, body: dict, lang: str = "en") -> list[str]:
         if sec.locator(".reading").inner_text() != body["readings"][name][lang]:
             bad.append(f"{name}: reading {sec.locator('.reading').inner_text()!r}")
     return bad
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return micro_runs(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()
-
-
-@pytest.fixture(scope="module")
-def live(runs):
-    url, stop = serve(runs)
-    yield url
-    stop()
 
 
 def probe(runs: Path, run: str, prompt: str, target: str | None = None) -> dict:

@@ -14,14 +14,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from page_harness import BROWSER_MARKS, CHECK_STATE, LONG_TASKS, Watch, chromium, serve
+from page_harness import BROWSER_MARKS, CHECK_STATE, LONG_TASKS, Watch, serve
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module")
-def browser():
-    yield from chromium()
 
 GAINS = [round(0.5 + 0.05 * i, 2) for i in range(31)]
 COMBOS = [{"mode": m, "res": r, "pre": p, "wb": w}
@@ -63,7 +59,6 @@ def exported(tmp_path_factory):
 
     return export_page(tmp_path_factory.mktemp("export"), runs_dir=tmp_path_factory.mktemp("none"),
                        grid="small").as_uri()
-
 
 
 def drag(page, slider: str, values) -> None:
