@@ -5,9 +5,6 @@ with finite, distinct, correct tick labels."""
 from __future__ import annotations
 
 import re
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -47,28 +44,13 @@ def chromium():
 
 
 def serve(runs_dir: Path):
-    """uvicorn on a free loopback port in a thread; returns (url, stop)."""
-    import uvicorn
-
+    """The page on `runs_dir`, served on a free loopback port; returns (url, stop)."""
     from depthlab.web.app import create_app
+    from tests.servers import live_server
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = create_app(runs_dir, allowed_hosts=["127.0.0.1", "localhost"])
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not srv.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.started, "uvicorn did not start"
-
-    def stop():
-        srv.should_exit = True
-        thread.join(timeout=10)
-
-    return f"http://127.0.0.1:{port}/", stop
+    server = live_server(create_app(runs_dir, allowed_hosts=["127.0.0.1", "localhost"]))
+    url = server.__enter__()
+    return url + "/", lambda: server.__exit__(None, None, None)
 
 
 class Watch:

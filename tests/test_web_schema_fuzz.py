@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, settings
 import depthlab.web.runs as runs_mod
 from depthlab.web.app import create_app
 from depthlab.web.guard import TOKEN_HEADER
+from tests.servers import live_server
 from tests.test_web_api import FIXTURE_EXPORT, _FakeProc
-from tests.test_web_security import live_server
 
 MAX_EXAMPLES = 25
 SEEN: dict[str, list[int]] = {}

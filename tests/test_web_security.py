@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import time
 
 import pytest
@@ -19,6 +18,7 @@ from fastapi.testclient import TestClient
 import depthlab.web.runs as runs_mod
 from depthlab.web.app import create_app
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER
+from tests.servers import live_server
 from tests.test_web_api import _FakeProc
 
 CSP = "default-src 'self'; frame-ancestors 'none'"
@@ -187,29 +187,6 @@ def test_a_chunked_body_is_cut_off_at_the_limit(client, token):
     headers = page_headers(token)
     r = client.post("/api/norms", content=chunks(), headers=headers)
     assert r.status_code == 413
-
-
-@contextlib.contextmanager
-def live_server(app):
-    """The app under uvicorn on a free loopback port, in a thread; yields its base URL."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started and time.time() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def test_a_huge_chunked_upload_is_stopped_early_on_a_real_socket(app):

@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import http.server
 import threading
-from pathlib import Path
 
-import pytest
+from page_harness import ARGS, BROWSER_MARKS, CHROMIUM, sync_api
 
 import depthlab.web.runs as runs_mod
 from depthlab.web.app import create_app
+from tests.servers import live_server
 from tests.test_web_api import _FakeProc
-from tests.test_web_security import live_server
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
-]
+pytestmark = BROWSER_MARKS
 
 # Every way a page can send a POST to another origin without the target's consent, and
 # the one way to read an answer (which needs CORS headers this server never sends).
