@@ -27,18 +27,8 @@ from depthlab.hf.weights import hf_name
 from depthlab.model import Transformer
 from depthlab.presets import tiny
 from depthlab.train import train
-
-DATA = Path(__file__).parent / "data"
-TEXT = str(DATA / "tiny_shakespeare.txt")
-REPO = Path(__file__).parent.parent
-
-HF_BASE = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 50,
-    "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
-    "rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0},
-    "tie_word_embeddings": False, "hidden_act": "silu",
-}
+from tests.test_hf_refusals import BASE as HF_BASE  # a tiny Llama config.json
+from tests.train_helpers import REPO, TEXT
 
 
 @dataclass(frozen=True)
