@@ -28,6 +28,7 @@ from depthlab.model import Transformer
 from depthlab.presets import tiny
 from depthlab.train import train
 from tests.test_hf_refusals import BASE as HF_BASE  # a tiny Llama config.json
+from tests.test_hf_refusals import write_hf
 from tests.train_helpers import REPO, TEXT
 
 
@@ -41,16 +42,6 @@ class World:
         files = [p for d in (self.run, self.hf) for p in sorted(d.rglob("*"))
                  if p.is_file() and p.name != ".lock"] + [Path(TEXT)]
         return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-
-
-def write_hf(folder: Path, raw: dict, weights: bool = True) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(raw))
-    if weights:
-        model_cfg, _ = model_config_from_hf(raw)
-        state = {hf_name(k): v for k, v in Transformer(model_cfg).state_dict().items()}
-        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ No Transformers needed: checkpoints here are written with safetensors directly."
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ BASE = {
 }
 
 
-def _write_hf(hf_dir, raw, weights: bool = True) -> None:
+def write_hf(hf_dir: Path, raw: dict, weights: bool = True) -> Path:
     """A checkpoint directory written without Transformers (names via our own map)."""
     hf_dir.mkdir(parents=True, exist_ok=True)
     (hf_dir / "config.json").write_text(json.dumps(raw))
@@ -33,6 +34,7 @@ def _write_hf(hf_dir, raw, weights: bool = True) -> None:
         model_cfg, _ = model_config_from_hf(raw)
         state = {hf_name(k): v for k, v in Transformer(model_cfg).state_dict().items()}
         save_file(state, str(hf_dir / "model.safetensors"), metadata={"format": "pt"})
+    return hf_dir
 
 
 def _run_cli(capsys, argv) -> tuple[int, list[str]]:
@@ -70,7 +72,7 @@ IMPORT_REFUSALS = [
 
 @pytest.mark.parametrize("change,field", IMPORT_REFUSALS)
 def test_import_refuses_naming_the_field(tmp_path, capsys, change, field):
-    _write_hf(tmp_path / "hf", {**BASE, **change}, weights=False)
+    write_hf(tmp_path / "hf", {**BASE, **change}, weights=False)
     rc, err = _run_cli(capsys, ["hf", "import", str(tmp_path / "hf"), "--out", str(tmp_path / "r")])
     assert rc == 2 and len(err) == 1
     assert f"field {field}=" in err[0] and "not supported" in err[0]
@@ -132,7 +134,7 @@ def test_export_picks_the_architecture():
 @pytest.mark.parametrize("cut", [8, 200, -100])
 def test_truncated_safetensors_is_a_clear_error(tmp_path, capsys, cut):
     hf_dir = tmp_path / "hf"
-    _write_hf(hf_dir, BASE)
+    write_hf(hf_dir, BASE)
     path = hf_dir / "model.safetensors"
     data = path.read_bytes()
     path.write_bytes(data[:cut])
@@ -143,7 +145,7 @@ def test_truncated_safetensors_is_a_clear_error(tmp_path, capsys, cut):
 
 def test_truncated_shard_and_missing_tensor(tmp_path, capsys):
     hf_dir = tmp_path / "hf"
-    _write_hf(hf_dir, BASE)
+    write_hf(hf_dir, BASE)
     from safetensors.torch import load_file
 
     state = load_file(str(hf_dir / "model.safetensors"))
@@ -173,7 +175,7 @@ def test_truncated_shard_and_missing_tensor(tmp_path, capsys):
 
 
 def test_existing_output_needs_force(tmp_path, capsys):
-    _write_hf(tmp_path / "hf", BASE)
+    write_hf(tmp_path / "hf", BASE)
     argv = ["hf", "import", str(tmp_path / "hf"), "--out", str(tmp_path / "r")]
     assert main(argv) == 0
     rc, err = _run_cli(capsys, argv)
@@ -183,7 +185,7 @@ def test_existing_output_needs_force(tmp_path, capsys):
 
 def test_keep_dtype_stores_bfloat16_and_loads_as_float32(tmp_path):
     hf_dir = tmp_path / "hf"
-    _write_hf(hf_dir, BASE)
+    write_hf(hf_dir, BASE)
     from safetensors.torch import load_file
 
     state = {k: v.to(torch.bfloat16) for k, v in load_file(str(hf_dir / "model.safetensors")).items()}
