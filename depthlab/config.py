@@ -22,7 +22,7 @@ from depthlab.errors import ConfigError, read_json_object
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered")
 PLACEMENTS = ("pre", "post", "sandwich", "output")
-RESIDUALS = ("none", "plain", "scaled")
+RESIDUALS = ("none", "plain", "scaled", "rezero")  # depthlab.model.residual
 FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 
@@ -88,6 +88,20 @@ class ModelConfig:
     def n_writes(self) -> int:
         """Writes into the residual stream: two sublayers per block."""
         return 2 * self.n_layers
+
+    @property
+    def write_scale(self) -> float:
+        """What each write is multiplied by as it enters the stream: 1/sqrt(2L) for
+        `residual=scaled`, else 1 (the variants with learned scales start elsewhere)."""
+        return 1.0 / math.sqrt(self.n_writes) if self.residual == "scaled" else 1.0
+
+    @property
+    def out_proj_std(self) -> float:
+        """Init std of the projections that write into the stream (o_proj, down_proj):
+        init_std * init_gain / sqrt(2L) with `scaled_init` (GPT-2, Radford et al. 2019),
+        so the sum of 2L writes keeps the scale of one; else init_std * init_gain."""
+        std = self.init_std * self.init_gain
+        return std / math.sqrt(self.n_writes) if self.scaled_init else std
 
 
 @dataclass(frozen=True)

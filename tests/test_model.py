@@ -10,6 +10,7 @@ import torch
 from depthlab.config import NORMS, PLACEMENTS, RESIDUALS, ModelConfig
 from depthlab.errors import ConfigError
 from depthlab.model import Transformer, apply_rope, rope_cos_sin
+from depthlab.model.residual import NoResidual
 from depthlab.presets import PRESETS, get_preset
 
 TINY = ModelConfig(vocab_size=50, context_len=16, n_layers=2, d_model=16, n_heads=4)
@@ -109,7 +110,7 @@ def test_plain_residual_with_zeroed_sublayers_is_identity():
         _, cache = model.run_with_cache(embeds=x, names=["blocks.0.hook_resid_post"])
     assert torch.equal(cache["blocks.0.hook_resid_post"], x)
     # residual=none with the same zeroed writes loses the input entirely
-    model.blocks[0].residual = False
+    model.blocks[0].attn_residual = model.blocks[0].mlp_residual = NoResidual()
     with model.hooks(fwd=writes):
         _, cache = model.run_with_cache(embeds=x, names=["blocks.0.hook_resid_post"])
     assert torch.equal(cache["blocks.0.hook_resid_post"], torch.zeros_like(x))
@@ -178,7 +179,7 @@ def test_course_init_stds():
     torch.manual_seed(0)
     cfg = replace(get_preset("course").model, d_model=256)  # more samples, tighter estimate
     model = Transformer(cfg)
-    assert 0.02 / math.sqrt(8) == pytest.approx(0.00707, abs=1e-5)
+    assert get_preset("course").model.out_proj_std == pytest.approx(0.00707, abs=1e-5)
     for block in model.blocks:
         assert block.attn.q_proj.weight.std().item() == pytest.approx(0.02, rel=0.03)
         assert block.attn.o_proj.weight.std().item() == pytest.approx(0.00707, rel=0.03)

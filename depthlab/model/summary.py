@@ -14,11 +14,14 @@ from depthlab.model.transformer import Transformer
 
 
 def component_of(param_name: str) -> str:
-    """embedding | attention | ffn | norm | lm_head, from a parameter's dotted name."""
+    """embedding | attention | ffn | norm | residual | lm_head, from a parameter's dotted
+    name (residual: the learned scalars of residual variants such as rezero)."""
     if param_name.startswith(("embed_tokens", "pos_embed")):
         return "embedding"
     if param_name.startswith("lm_head"):
         return "lm_head"
+    if "_residual." in param_name:
+        return "residual"
     if "norm" in param_name:
         return "norm"
     if ".attn." in param_name:

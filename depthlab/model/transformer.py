@@ -7,7 +7,7 @@ x is [B, T, D] from the embedding to the final norm; each block reads it twice
 
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +18,7 @@ from depthlab.hooks import HookedModule, HookPoint
 from depthlab.model.attention import Attention, KVCache, LayerCache, rope_cos_sin
 from depthlab.model.ffn import make_ffn
 from depthlab.model.norms import NORM_CLASSES, make_norm
+from depthlab.model.residual import RESIDUAL_PARAMETERS, make_residual
 
 # Which of a sublayer's three optional norm slots each placement fills:
 #   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
@@ -45,35 +46,33 @@ class Block(nn.Module):
         self.mlp_norm_in, self.mlp_norm_out, self.mlp_norm_post = (
             slot("in"), slot("out"), slot("post"))
         self.mlp = make_ffn(cfg)
-        self.residual = cfg.residual != "none"
-        # Scaled write-back: each of the 2L writes enters the stream times 1/sqrt(2L).
-        self.write_scale = 1.0 / math.sqrt(cfg.n_writes) if cfg.residual == "scaled" else 1.0
+        # How each write enters the stream (depthlab.model.residual): one module per write.
+        self.attn_residual, self.mlp_residual = make_residual(cfg), make_residual(cfg)
         for name in ("resid_pre", "attn_in", "attn_out", "attn_write", "resid_mid",
                      "mlp_in", "mlp_out", "mlp_write", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
-
-    def scale_write(self, h: torch.Tensor) -> torch.Tensor:
-        return h if self.write_scale == 1.0 else h * self.write_scale
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: LayerCache | None = None) -> torch.Tensor:
         x = self.hook_resid_pre(x)
 
         # Attention sublayer: read the stream, transform, write back.
-        h = self.hook_attn_in(self.attn_norm_in(x) if self.attn_norm_in else x)
+        h = self.attn_residual.read(x)
+        h = self.hook_attn_in(self.attn_norm_in(h) if self.attn_norm_in else h)
         h = self.attn(h, rope, cache)
         h = self.hook_attn_out(self.attn_norm_out(h) if self.attn_norm_out else h)
-        write = self.hook_attn_write(self.scale_write(h))
-        x = x + write if self.residual else write  # the residual add, or its ablation
+        write = self.hook_attn_write(self.attn_residual.scale(h))
+        x = self.attn_residual(x, write)  # x + write, or the variant chosen by model.residual
         x = self.attn_norm_post(x) if self.attn_norm_post else x
         x = self.hook_resid_mid(x)
 
         # FFN sublayer: the same three slots and the same add.
-        h = self.hook_mlp_in(self.mlp_norm_in(x) if self.mlp_norm_in else x)
+        h = self.mlp_residual.read(x)
+        h = self.hook_mlp_in(self.mlp_norm_in(h) if self.mlp_norm_in else h)
         h = self.mlp(h)
         h = self.hook_mlp_out(self.mlp_norm_out(h) if self.mlp_norm_out else h)
-        write = self.hook_mlp_write(self.scale_write(h))
-        x = x + write if self.residual else write
+        write = self.hook_mlp_write(self.mlp_residual.scale(h))
+        x = self.mlp_residual(x, write)
         x = self.mlp_norm_post(x) if self.mlp_norm_post else x
         return self.hook_resid_post(x)
 
@@ -158,12 +157,14 @@ class Transformer(HookedModule):
         """
         start = 0 if cache is None else cache.length
         x = self.embed(idx, start, positions) if embeds is None else embeds
-        rope = self.rope(x.shape[1], x, start, positions)
+        n_tokens = x.shape[1]
+        rope = self.rope(n_tokens, x, start, positions)
+        x = self.blocks[0].attn_residual.open(x)  # one stream, or the residual's own layout
         for i, block in enumerate(self.blocks):
             x = block(x, rope, None if cache is None else cache.layer(i))
         if cache is not None:
-            cache.length += x.shape[1]
-        return self.unembed(x)
+            cache.length += n_tokens
+        return self.unembed(self.blocks[-1].mlp_residual.close(x))
 
 
 OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the residual stream
@@ -172,15 +173,14 @@ OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the 
 def init_weights(model: Transformer, gain: float | None = None) -> None:
     """Initialise every weight; the one place init rules live.
 
-    Linears and embeddings ~ normal(0, init_std * gain). With `scaled_init`, the
-    projections that write into the residual stream get init_std * gain / sqrt(2L)
-    (GPT-2, Radford et al. 2019), so the sum of 2L writes keeps the scale of one.
-    Biases start at 0, norm scales at their identity value.
+    Linears and embeddings ~ normal(0, init_std * gain); the projections that write
+    into the residual stream get `ModelConfig.out_proj_std` (with `scaled_init`,
+    init_std * gain / sqrt(2L): GPT-2, Radford et al. 2019). Biases start at 0; norms
+    and residuals with parameters start at their own identity values.
     """
-    cfg = model.cfg
-    std = cfg.init_std * (cfg.init_gain if gain is None else gain)
-    out_std = std / math.sqrt(cfg.n_writes) if cfg.scaled_init else std
-    norm_types = tuple(NORM_CLASSES.values())
+    cfg = model.cfg if gain is None else replace(model.cfg, init_gain=gain)
+    std, out_std = cfg.init_std * cfg.init_gain, cfg.out_proj_std
+    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, 0.0, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)
@@ -188,5 +188,5 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, 0.0, std)
-        elif isinstance(module, norm_types):
+        elif isinstance(module, resettable):
             module.reset_parameters()

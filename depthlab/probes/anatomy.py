@@ -9,7 +9,6 @@ Parameter counts come from the model code itself, built on the `meta` device.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
@@ -159,7 +158,7 @@ def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "
         params_by_component=by_component, params_per_layer=block,
         total_params=total, ffn_share=ffn / total, ffn_multiple=m.ffn_hidden / d,
         q_proj_width=q_width, n_writes=m.n_writes, init_std=m.init_std,
-        residual_init_std=m.init_std / math.sqrt(m.n_writes),
+        residual_init_std=replace(m, scaled_init=True, init_gain=1.0).out_proj_std,
     )
 
 
@@ -172,13 +171,13 @@ def _param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int]]:
 
     one = build_meta(replace(m, n_layers=1))
     by_component: dict[str, int] = {}
-    block = {"attention": 0, "ffn": 0, "norm": 0}
+    block = {"attention": 0, "ffn": 0, "norm": 0}  # + "residual" where a variant learns scalars
     for pname, p in one.named_parameters():
         key = component_of(pname)
         in_block = pname.startswith("blocks.")
         by_component[key] = by_component.get(key, 0) + p.numel() * (m.n_layers if in_block else 1)
         if in_block:
-            block[key] += p.numel()
+            block[key] = block.get(key, 0) + p.numel()
     block["total"] = sum(block.values())
     return by_component, block
 

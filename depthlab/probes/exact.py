@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from itertools import combinations
 
+from depthlab.config import ModelConfig
 from depthlab.errors import UserError
 from depthlab.probes.jsonsafe import json_list, json_number
 
@@ -129,4 +130,4 @@ def residual_init_std(n_layers: int, base: float = 0.02) -> float:
     (GPT-2, Radford et al. 2019). The course model: 0.02 / sqrt(8) = 0.00707."""
     if not isinstance(n_layers, int) or n_layers < 1:
         raise UserError(f"n_layers must be an integer >= 1, got {n_layers!r}")
-    return base / math.sqrt(2 * n_layers)
+    return ModelConfig(n_layers=n_layers, init_std=base).out_proj_std

@@ -24,7 +24,7 @@ def block(preset: str, placement: str | None = None) -> dict:
             "residual": m.residual, "ffn": m.ffn, "ffn_hidden": m.ffn_hidden,
             "d_model": m.d_model, "n_layers": m.n_layers, "writes": m.n_writes,
             "attn_gate": m.attn_gate, "qk_norm": m.qk_norm, "final_norm": m.final_norm,
-            "write_scale": (1 / m.n_writes ** 0.5) if m.residual == "scaled" else 1.0}
+            "write_scale": m.write_scale}
 
 
 def presets() -> list[dict]:
