@@ -1,0 +1,28 @@
+"""The translation table: one per language, the same keys in every language."""
+
+import re
+
+import pytest
+
+from depthlab.errors import UserError
+from depthlab.locales import LANGS, table, text, texts
+
+FIELD = re.compile(r"\{(\w+)[^}]*\}")
+
+
+def test_every_language_has_the_same_keys():
+    keys = {lang: set(table(lang)) for lang in LANGS}
+    assert keys["en"] and all(k == keys["en"] for k in keys.values())
+
+
+@pytest.mark.parametrize("lang", LANGS[1:])
+def test_every_template_has_the_same_fields_in_every_language(lang):
+    for key, template in table("en").items():
+        assert set(FIELD.findall(table(lang)[key])) == set(FIELD.findall(template)), key
+
+
+def test_text_fills_the_template_and_names_a_bad_language():
+    assert texts("lang.name") == {"en": "English", "zh": "中文"}
+    assert text("lang.name", "zh") == "中文"
+    with pytest.raises(UserError, match="lang must be one of en, zh"):
+        text("lang.name", "fr")
