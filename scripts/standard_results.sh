@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Run every experiment at the `standard` budget (two at a time, one thread each,
-# on a 2-core machine) and rewrite the README's Results section from the exports.
+# Run every experiment of the registry (`depthlab experiment --list --names`) at the
+# `standard` budget, two at a time with one thread each on a 2-core machine (each
+# writes OUT/NAME.log), and rewrite the README's Results section from the exports.
 # Interrupt at will: the same command resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/standard}
-run() { for name in "$@"; do .venv/bin/depthlab experiment "$name" --budget standard --out "$OUT" --no-progress; done; }
+export OUT
 mkdir -p "$OUT"
-run residual stream-rms init-gradients > "$OUT/a.log" 2>&1 &
-a=$!
-run norm-placement norm-type attn-gate > "$OUT/b.log" 2>&1
-wait $a
+.venv/bin/depthlab experiment --list --names | xargs -P 2 -I NAME sh -c \
+  '.venv/bin/depthlab experiment NAME --budget standard --out "$OUT" --no-progress > "$OUT/NAME.log" 2>&1'
 .venv/bin/python scripts/update_readme_results.py "$OUT"

@@ -9,6 +9,7 @@ from depthlab.config import diff
 from depthlab.errors import UserError
 from depthlab.experiments import BUDGETS, EXPERIMENTS, get_experiment, run_experiment
 from depthlab.experiments.report import downsample, validate_export
+from depthlab.experiments.reuse import grid_hash
 from depthlab.experiments.spec import base_config
 from depthlab.metrics import read_metrics
 
@@ -31,6 +32,38 @@ def micro_runs(tmp_path_factory):
         os.environ.pop("DEPTHLAB_CACHE")
     else:
         os.environ["DEPTHLAB_CACHE"] = old
+
+
+# Computed on main by the previous layout (all experiments in experiments/catalog.py),
+# before each experiment moved to a module of its own: reuse.grid_hash over the run
+# names, every run's config_sha256 and init_only. Equal hashes mean the same runs, seeds
+# and configs, so finished run directories stay reusable.
+GRID_HASHES = {
+    "quick": {
+        "residual": (12, "f5472e493e7114177ea442cd38bf51063bf1ed498465ea581360b4d80926fc76"),
+        "init-gradients": (12, "f50f55c465d97ac31c07d794b917e7cbaf7bf9572cfd4cef604c06b163183a11"),
+        "stream-rms": (5, "593e36a0e69a7bddced23219209a241f2fed2702fa70b4acf5d20add1c974077"),
+        "norm-placement": (4, "08790700d857dd67f029fc28c6fd795a38e3750b564396cd874576aab8035003"),
+        "norm-type": (3, "299b02421efc1defa2c3663e1767ff13080ba7ac02e554bd0ae3a805f3d675d5"),
+        "attn-gate": (2, "36c6e8149164f2078bf7935b4b1c0bce1e8065fca00747432aebbaa6c96bab48"),
+    },
+    "standard": {
+        "residual": (42, "3706e4d68d02c58da57a338df937214e09929c002bb6e4fc3468beafb2ca4827"),
+        "init-gradients": (12, "fc75b3746da1a7f204c6e4ea6228845c5263b6cb928cb7baedfe984ff857205e"),
+        "stream-rms": (5, "3a2d74cf234b7d8e0304470baa065eb74532377f392d90cb7798337c2fa54fd1"),
+        "norm-placement": (72, "542c8afed31c91cccc048cf9a12a44a5c34673feea07cfd131305ce7b9f33986"),
+        "norm-type": (9, "be2498913586ec4608e28b0aed069d788a93c917dadc7b620c549d285c4ae493"),
+        "attn-gate": (6, "ab2305124a2087e3095c5b08b28a5d218bdb5c5554d369e4b03890164117ffa1"),
+    },
+}
+
+
+@pytest.mark.parametrize("budget", list(GRID_HASHES))
+def test_grids_keep_the_config_hashes_of_the_previous_layout(budget):
+    b = BUDGETS[budget]
+    for name, (runs, want) in GRID_HASHES[budget].items():
+        specs = get_experiment(name).grid(base_config(b), b, b.seeds)
+        assert (len(specs), grid_hash(specs)) == (runs, want), name
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
@@ -78,7 +111,7 @@ def test_norm_placement_grid_runs_over_learning_rate_at_standard():
     cells = {(s.cfg.model.placement, s.cfg.train.warmup_steps > 0, s.cfg.train.lr) for s in specs}
     assert cells == {(p, w, lr) for p in ("pre", "post") for w in (True, False)
                      for lr in (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)}
-    from depthlab.experiments.catalog import HIGH_LR
+    from depthlab.experiments.placement import HIGH_LR
 
     assert all(HIGH_LR in b.lrs for b in BUDGETS.values())  # the arms the loss charts draw
     names = {s.arm for s in exp.grid(base_config(quick), quick, 1)}
@@ -87,7 +120,7 @@ def test_norm_placement_grid_runs_over_learning_rate_at_standard():
 
 def test_largest_trained_lr_and_xiong_profile():
     from depthlab.experiments.baselines import Baselines
-    from depthlab.experiments.catalog import xiong_profile
+    from depthlab.experiments.init_gradients import xiong_profile
     from depthlab.experiments.placement import largest_trained_lr
     from depthlab.experiments.spec import RunResult, RunSpec
 

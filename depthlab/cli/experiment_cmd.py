@@ -16,10 +16,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "exactly the named switch. Finished runs are skipped and interrupted ones resume, so "
         "running the same command twice does nothing the second time. Writes DIR/NAME/ with the "
         "run directories, export.json (what the page draws), PNG+SVG charts and summary.md.",
-        epilog="Examples: depthlab experiment --list; depthlab experiment residual --budget quick",
+        epilog="Examples: depthlab experiment --list; depthlab experiment residual --budget quick; "
+        "for name in $(depthlab experiment --list --names); do ...; done",
     )
     p.add_argument("name", nargs="?", help="experiment name (see --list)")
     p.add_argument("--list", action="store_true", help="list the experiments and their questions")
+    p.add_argument("--names", action="store_true",
+                   help="with --list: only the names, one per line (for scripts)")
     p.add_argument("--budget", default="quick",
                    help="micro (seconds, tests), quick (minutes; the main job), standard (the "
                    "README's figures), full (a GPU); default: quick")
@@ -38,6 +41,11 @@ def handle(args: argparse.Namespace) -> int:
     from depthlab.errors import UserError
     from depthlab.experiments import BUDGETS, EXPERIMENTS
 
+    if args.names and not args.list:
+        raise UserError("--names goes with --list (depthlab experiment --list --names)")
+    if args.list and args.names:
+        print_lines(list(EXPERIMENTS))
+        return 0
     if args.list or not args.name:
         print_lines(["experiments:", *table(["name", "question"], [
             (name, exp.question) for name, exp in EXPERIMENTS.items()], left={0, 1}), "",

@@ -9,9 +9,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from depthlab.experiments.spec import Experiment, Report
+from depthlab.experiments.spec import Experiment, Report, now_iso
 from depthlab.rundir import atomic_write, atomic_write_text
 
+EXPORT_FILE = "export.json"
 MAX_POINTS = 1000
 RED, GREEN, BLUE, ORANGE, PURPLE, GREY = (
     "#d62728", "#2ca02c", "#1f77b4", "#ff7f0e", "#9467bd", "#7f7f7f")
@@ -41,10 +42,6 @@ def series(label: str, x: list[float], y: list[float], color: str | None = None,
     if lo is not None and hi is not None:
         out["lo"], out["hi"] = _finite(downsample(x, lo)[1]), _finite(downsample(x, hi)[1])
     return out
-
-
-def text(en: str, zh: str) -> dict[str, str]:
-    return {"en": en, "zh": zh}
 
 
 def chart(id: str, title: dict, x_label: dict, y_label: dict, series_: list[dict],
@@ -110,11 +107,10 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
 def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
                   command: str) -> dict[str, Any]:
     from depthlab import __version__
-    from depthlab.experiments.runner import EXPORT_FILE, now_iso
 
     export = {
         "experiment": exp.name,
-        "question": text(exp.question, exp.question_zh),
+        "question": exp.questions,
         "exported_at": now_iso(),
         "depthlab_version": __version__,
         "command": command,

@@ -9,6 +9,15 @@ from __future__ import annotations
 import math
 
 from depthlab.config import Config
+from depthlab.experiments.analysis import (
+    VAL,
+    baseline_series,
+    by_arm,
+    final_values,
+    loss_charts,
+    mean_curve,
+    seed_note,
+)
 from depthlab.experiments.baselines import (
     PLATEAU_MARGIN,
     Baselines,
@@ -16,17 +25,19 @@ from depthlab.experiments.baselines import (
     left_plateau,
     plateau_margin,
 )
-from depthlab.experiments.catalog import (
-    VAL,
-    by_arm,
-    final_values,
-    loss_charts,
-    mean_curve,
-    specs_over_seeds,
-)
 from depthlab.experiments.mechanism import collapse_chart, collapse_sentence, input_dependence_chart
-from depthlab.experiments.report import GREY, ORANGE, chart, fmt, mean, series, spread, text
-from depthlab.experiments.spec import Budget, Report, RunResult, RunSpec, variant, with_steps
+from depthlab.experiments.report import chart, fmt, mean, series, spread
+from depthlab.experiments.spec import (
+    Budget,
+    Experiment,
+    Report,
+    RunResult,
+    RunSpec,
+    specs_over_seeds,
+    variant,
+    with_steps,
+)
+from depthlab.experiments.wording import Text, joined, phrase, same
 
 RESIDUALS = ("plain", "none")
 GREENS = ("#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b", "#002910")
@@ -73,19 +84,17 @@ def depth_chart(depths: list[int], finals: dict, base: Baselines, seeds: int) ->
         values = [finals[(d, res)] for d in depths]
         curves.append(series(name, depths, [mean(v) for v in values], color,
                              lo=[min(v) for v in values], hi=[max(v) for v in values]))
-    curves.append(series(f"unigram baseline ({base.unigram:.4f})", depths,
-                         [base.unigram] * len(depths), GREY, dash=True))
-    curves.append(series(f"bigram baseline ({base.bigram:.4f})", depths,
-                         [base.bigram] * len(depths), ORANGE, dash=True))
-    return chart("depth", text(f"Final validation loss against depth ({seeds} seed"
-                               f"{'s' if seeds > 1 else ''}; band: min-max over seeds)",
-                               f"最终验证损失与深度({seeds} 个种子;色带:种子间最小到最大)"),
-                 text("layers", "层数"), VAL, curves)
+    curves += baseline_series(depths, base)
+    count = phrase("count.seeds" if seeds > 1 else "count.seed", n=seeds)
+    return chart("depth", phrase("residual.chart.depth", seeds=count),
+                 phrase("residual.axis.layers"), VAL, curves)
 
 
-def _span(values: list[float], to: str = " to ") -> str:
+def _span(values: list[float]) -> Text:
     lo, hi = min(values), max(values)
-    return f"{lo:+.4f}" if math.isclose(lo, hi, abs_tol=5e-5) else f"{lo:+.4f}{to}{hi:+.4f}"
+    if math.isclose(lo, hi, abs_tol=5e-5):
+        return phrase("residual.span.one", value=f"{lo:+.4f}")
+    return phrase("residual.span.range", lo=f"{lo:+.4f}", hi=f"{hi:+.4f}")
 
 
 def analyze(results: list[RunResult], b: Budget) -> Report:
@@ -102,15 +111,30 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
 
     collapse_depth = b.shallow if b.shallow in depths else depths[-1]
     collapsed = arms[arm_name(collapse_depth, "none")][0]
-    report.charts.append(collapse_chart("collapse", collapsed,
-                                         f"the {collapse_depth}-layer model without residual",
-                                         f"去掉残差的 {collapse_depth} 层模型"))
+    report.charts.append(collapse_chart("collapse", collapsed, phrase(
+        "residual.name.collapsed", layers=collapse_depth)))
     report.charts.append(input_dependence_chart("input_dependence", [
         (arms[arm_name(d, "none")][0].spec.label, arms[arm_name(d, "none")][0],
          REDS[i % len(REDS)], False) for i, d in enumerate(depths)] + [
         (arms[arm_name(collapse_depth, "plain")][0].spec.label,
          arms[arm_name(collapse_depth, "plain")][0], GREENS[3], True)]))
 
+    left, gaps, noise = depth_table(report, arms, depths, finals, base)
+    report.conclusions.append(_gap_growth(depths, gaps, noise, seeds))
+    report.conclusions.append(_plateau(depths, left, base, b))
+    report.conclusions.append(_unigram_level(depths, left, finals, base, seeds))
+    report.conclusions.append(collapse_sentence(collapsed, b.eval_every, phrase(
+        "residual.name.collapsed_seed", layers=collapse_depth, seed=collapsed.spec.seed)))
+    report.conclusions.append(phrase(
+        "residual.scored_on", tokens=f"{base.tokens:,}", windows=base.windows,
+        val_tokens=f"{base.val_tokens:,}"))
+    return report
+
+
+def depth_table(report: Report, arms: dict[str, list[RunResult]], depths: list[int],
+                finals: dict, base: Baselines) -> tuple[dict, dict, dict]:
+    """The table rows per depth and residual; returns, per depth, whether the model
+    without residual left the plateau, the gap (none - residual) and its seed spread."""
     report.table["columns"] = ["layers", "residual", "final val loss", "gap (none - residual)",
                                "input dependence at the end", "below the plateau from step"]
     left, gaps, noise = {}, {}, {}
@@ -126,92 +150,68 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
             report.table["rows"].append([
                 d, res, fmt(values), f"{gaps[d]:+.4f}" if res == "none" else "", f"{dep:.3f}",
                 "never" if step is None else step])
-    n = base.tokens
     report.table["rows"].append(["-", "unigram baseline", f"{base.unigram:.4f}", "", "0", ""])
     report.table["rows"].append(["-", "bigram baseline", f"{base.bigram:.4f}", "", "", ""])
-
-    report.conclusions.append(_gap_growth(depths, gaps, noise, seeds))
-    report.conclusions.append(_plateau(depths, left, base, b))
-    report.conclusions.append(_unigram_level(depths, left, finals, base, seeds))
-    report.conclusions.append(collapse_sentence(
-        collapsed, b.eval_every, f"Without residual at {collapse_depth} layers (seed "
-        f"{collapsed.spec.seed})", f"去掉残差的 {collapse_depth} 层模型(种子 {collapsed.spec.seed})"))
-    report.conclusions.append(text(
-        f"Validation losses and both baselines are scored on the same {n:,} tokens: "
-        f"{base.windows} windows spread evenly over the whole validation split "
-        f"({base.val_tokens:,} tokens).",
-        f"验证损失与两条基线在同一组 {n:,} 个 token 上计算:{base.windows} 个窗口均匀分布在整个验证集"
-        f"({base.val_tokens:,} 个 token)上。"))
-    return report
+    return left, gaps, noise
 
 
-def _gap_growth(depths: list[int], gaps: dict, noise: dict, seeds: int) -> dict[str, str]:
-    listed = ", ".join(f"{gaps[d]:+.3f} at {d}" for d in depths)
-    listed_zh = ",".join(f"{d} 层 {gaps[d]:+.3f}" for d in depths)
+def _gap_growth(depths: list[int], gaps: dict, noise: dict, seeds: int) -> Text:
+    listed = joined([phrase("residual.gap.at", gap=f"{gaps[d]:+.3f}", depth=d) for d in depths],
+                    "clause")
     first, last = depths[0], depths[-1]
-    note = "1 seed, spread not measured" if seeds < 2 else (
-        f"{seeds} seeds, spread ±{noise[first] + noise[last]:.4f}")
+    note = seed_note(seeds, noise[first] + noise[last])
     if gaps[last] - gaps[first] > noise[first] + noise[last]:
-        # Where it grows: the largest step between neighbouring depths, and the range after it.
-        _, a, b = max((gaps[y] - gaps[x], x, y) for x, y in zip(depths, depths[1:], strict=False))
-        after = [gaps[d] for d in depths if d >= b]
-        where = f" Most of it comes between {a} and {b} layers ({gaps[a]:+.3f} -> {gaps[b]:+.3f})"
-        where_zh = f"主要发生在 {a} 层到 {b} 层之间({gaps[a]:+.3f} → {gaps[b]:+.3f})"
-        if len(after) > 1:
-            low, high = min(after), max(after)
-            where += f"; from {b} to {last} layers it stays between {low:+.3f} and {high:+.3f}"
-            where_zh += f";从 {b} 层到 {last} 层保持在 {low:+.3f} 到 {high:+.3f} 之间"
-        return text(f"The gap (without minus with residual) grows with depth: {listed} layers "
-                    f"({note}).{where}.",
-                    f"差距(无残差减有残差)随深度变大:{listed_zh}。{where_zh}。")
-    return text(f"The gap does not grow beyond the seed spread from {first} to {last} layers: "
-                f"{listed} layers ({note}).",
-                f"从 {first} 层到 {last} 层,差距没有超出种子波动地变大:{listed_zh}。")
+        return phrase("residual.gap.grows", listed=listed, note=note,
+                      where=_where_it_grows(depths, gaps))
+    return phrase("residual.gap.flat", first=first, last=last, listed=listed, note=note)
 
 
-def _plateau(depths: list[int], left: dict, base: Baselines, b: Budget) -> dict[str, str]:
+def _where_it_grows(depths: list[int], gaps: dict) -> Text:
+    """The largest step between neighbouring depths, and the range of the gap after it."""
+    _, a, b = max((gaps[y] - gaps[x], x, y) for x, y in zip(depths, depths[1:], strict=False))
+    after = [gaps[d] for d in depths if d >= b]
+    where = {"a": a, "b": b, "gap_a": f"{gaps[a]:+.3f}", "gap_b": f"{gaps[b]:+.3f}"}
+    if len(after) > 1:
+        return phrase("residual.gap.where_after", **where, last=depths[-1],
+                      low=f"{min(after):+.3f}", high=f"{max(after):+.3f}")
+    return phrase("residual.gap.where", **where)
+
+
+def _plateau(depths: list[int], left: dict, base: Baselines, b: Budget) -> Text:
     margin = PLATEAU_MARGIN * (base.unigram - base.bigram)
-    rule = (f"below the unigram baseline by more than the seed spread and more than "
-            f"{PLATEAU_MARGIN:.0%} of the unigram-bigram distance ({margin:.3f} nats)")
-    rule_zh = f"比一元基线低出种子波动以上且超过一元与二元基线之差的 {PLATEAU_MARGIN:.0%}({margin:.3f} nats)"
+    rule = phrase("residual.plateau.rule", share=f"{PLATEAU_MARGIN:.0%}", margin=f"{margin:.3f}")
     stuck = plateau_depth(depths, left)
     steps = b.sweep_steps or b.steps
     if stuck is None:
-        return text(f"Every depth without residual leaves the plateau in {steps} steps ({rule}).",
-                    f"{steps} 步内,每个深度的无残差模型都离开了平台({rule_zh})。")
+        return phrase("residual.plateau.all_leave", steps=steps, rule=rule)
     if stuck == depths[0]:
-        return text(f"Without residual, not even {stuck} layer leaves the plateau in {steps} "
-                    f"steps ({rule}).", f"{steps} 步内,去掉残差后连 {stuck} 层也没有离开平台({rule_zh})。")
+        return phrase("residual.plateau.none_leave", stuck=stuck, steps=steps, rule=rule)
     escaped = [d for d in depths if d < stuck and left[d]]
-    return text(
-        f"Without residual, {', '.join(map(str, escaped))} layer{'s' if len(escaped) > 1 else ''} "
-        f"leave{'s' if len(escaped) == 1 else ''} the plateau and from {stuck} layers on no model "
-        f"does in {steps} steps (leaving: ending {rule}); from there on the gap changes only "
-        "with the residual model's loss.",
-        f"去掉残差后,{'、'.join(map(str, escaped))} 层离开了平台,从 {stuck} 层起 {steps} 步内都没有离开"
-        f"(离开:最终{rule_zh});此后差距的变化只来自有残差的模型。")
+    return phrase("residual.plateau." + ("some_leave" if len(escaped) > 1 else "one_leaves"),
+                  escaped=_numbers(escaped),
+                  stuck=stuck, steps=steps, rule=rule)
 
 
 def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
-                   seeds: int) -> dict[str, str]:
+                   seeds: int) -> Text:
     stuck = [d for d in depths if not left[d]]
     if not stuck:
-        return text("No model without residual ends on the plateau.", "没有哪个无残差模型停在平台上。")
+        return phrase("residual.unigram.none_stuck")
     diffs = [mean(finals[(d, "none")]) - base.unigram for d in stuck]
     within = [d for d, x in zip(stuck, diffs, strict=True)
               if seeds >= 2 and abs(x) <= spread(finals[(d, "none")])]
-    names = ", ".join(map(str, stuck))
     if seeds < 2:
-        verdict = ("one seed, so no spread to call any of them at the unigram level",
-                   "只有一个种子,没有波动可依,不称其为一元水平")
+        verdict = phrase("residual.unigram.one_seed")
     elif within:
-        verdict = (f"within the seed spread of it, i.e. at the unigram level: "
-                   f"{', '.join(map(str, within))} layers",
-                   f"在种子波动之内、即处于一元水平的:{'、'.join(map(str, within))} 层")
+        verdict = phrase("residual.unigram.within", depths=_numbers(within))
     else:
-        verdict = ("none within its seed spread of it, so none is called at the unigram level",
-                   "都不在种子波动之内,不称其为一元水平")
-    return text(f"Without residual, {names} layers end {_span(diffs)} nats from the unigram "
-                f"baseline of the same tokens ({base.unigram:.4f}); {verdict[0]}.",
-                f"去掉残差后,{'、'.join(map(str, stuck))} 层最终与同一批 token 的一元基线"
-                f"({base.unigram:.4f})相差 {_span(diffs, ' 到 ')} nats;{verdict[1]}。")
+        verdict = phrase("residual.unigram.none_within")
+    return phrase("residual.unigram.level", depths=_numbers(stuck), span=_span(diffs),
+                  unigram=f"{base.unigram:.4f}", verdict=verdict)
+
+
+def _numbers(values: list[int]) -> Text:
+    return joined([same(str(v)) for v in values])
+
+
+EXPERIMENT = Experiment("residual", ("model.residual", "model.n_layers"), grid, analyze)

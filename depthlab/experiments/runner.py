@@ -5,25 +5,30 @@ process per experiment folder (a DirLock on it); see depthlab.experiments.reuse.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from depthlab.config import diff, flatten
 from depthlab.errors import UserError
 from depthlab.experiments import reuse
-from depthlab.experiments.spec import BUDGETS, Budget, Experiment, RunResult, RunSpec, base_config
+from depthlab.experiments.registry import get_experiment
+from depthlab.experiments.report import EXPORT_FILE, write_outputs
+from depthlab.experiments.spec import (
+    BUDGETS,
+    Budget,
+    Experiment,
+    RunResult,
+    RunSpec,
+    base_config,
+    now_iso,
+)
 from depthlab.metrics import read_metrics
 from depthlab.progress import Progress
 from depthlab.rundir import DirLock, atomic_write_text, clear_run
 
 STATUS_FILE = "status.json"
-EXPORT_FILE = "export.json"
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Status:
@@ -110,9 +115,7 @@ def run_experiment(
 ) -> Path:
     """Run (or finish) the grid of experiment `name` and export it to out_dir/name.
     A run directory holding another config is refused, or with `rerun` trained again."""
-    from depthlab.experiments import get_experiment
-
-    exp: Experiment = get_experiment(name)
+    exp = get_experiment(name)
     if budget not in BUDGETS:
         raise UserError(f"unknown budget {budget!r}; choose one of: {', '.join(BUDGETS)}")
     if seeds is not None and not 1 <= seeds <= 10:
@@ -120,23 +123,25 @@ def run_experiment(
     b = BUDGETS[budget]
     specs = exp.grid(base_config(b, corpus), b, seeds or b.seeds)
     root = Path(out_dir) / name
+    cmd = command or f"depthlab experiment {name} --budget {budget}" + (
+        f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
+    settings = {"budget": budget, "seeds": seeds, "corpus": corpus}
     with DirLock(root, "experiment folder"):
-        return _run_grid(exp, specs, root, budget, b, seeds, corpus, progress, command, echo,
-                         reuse.check_grid(specs, root / "runs", rerun))
+        stale = reuse.check_grid(specs, root / "runs", rerun)
+        say = print if echo else (lambda *a, **k: None)
+        say(f"{name}: {exp.question}\nbudget {budget}: {b.about}\n{describe_grid(specs)}")
+        status = Status(root, name, len(specs))
+        status.update()
+        trained_now = run_grid(name, specs, root, stale, status, progress, say)
+        export(exp, specs, root, b, trained_now, cmd, settings, say)
+        status.update(state="done", runs_done=len(specs), current_run=None)
+    return root
 
 
-def _run_grid(exp: Experiment, specs: list[RunSpec], root: Path, budget: str, b: Budget,
-              seeds: int | None, corpus: str | None, progress: bool, command: str | None,
-              echo: bool, stale: set[str]) -> Path:
-    from depthlab.experiments.report import write_outputs
-    from depthlab.train import train
-
-    name = exp.name
-    say = print if echo else (lambda *a, **k: None)
-    say(f"{name}: {exp.question}\nbudget {budget}: {b.about}\n{describe_grid(specs)}")
-
-    status = Status(root, name, len(specs))
-    status.update()
+def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], status: Status,
+             progress: bool, say: Callable[..., None]) -> bool:
+    """Train or measure every run not finished yet, one at a time, keeping status.json
+    current; whether any run was (re)made. Ctrl-C leaves the status `interrupted`."""
     trained_now = False
     bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True)
     try:
@@ -152,24 +157,8 @@ def _run_grid(exp: Experiment, specs: list[RunSpec], root: Path, budget: str, b:
                 init_probe_run(spec, run_dir)
                 bar.report(i + 1, run=f"{spec.name} measured at init")
                 continue
-            steps = Progress(spec.cfg.train.steps, desc=f"{name} {i + 1}/{len(specs)} {spec.name}",
-                             initial=None, enabled=progress, leave=False)
-
-            def on_step(step: int, values: dict, steps: Progress = steps) -> None:
-                status.update(force=False, step=step)
-                steps.report(step, loss=values["loss"], tokens_per_s=values["tokens_per_s"])
-
-            with steps:
-                summary = train(spec.cfg, run_dir, resume=spec.name not in stale,
-                                overwrite=spec.name in stale, progress=False, on_step=on_step)
-            bar.report(i + 1, run=f"{spec.name} {summary.status} at step {summary.step}",
-                       loss=summary.train_loss, val_loss=summary.val_loss,
-                       tokens_per_s=summary.tokens_per_s)
-            if summary.status == "interrupted":
-                status.update(state="interrupted", message=summary.message)
-                raise KeyboardInterrupt
-            if summary.status == "failed":
-                say(f"  {spec.name}: {summary.message}")
+            train_run(spec, run_dir, f"{name} {i + 1}/{len(specs)} {spec.name}",
+                      spec.name in stale, status, bar, i + 1, progress, say)
     except KeyboardInterrupt:
         status.update(state="interrupted",
                       message="interrupted; run the same command again to resume")
@@ -179,18 +168,44 @@ def _run_grid(exp: Experiment, specs: list[RunSpec], root: Path, budget: str, b:
         raise
     finally:
         bar.close()
+    return trained_now
 
-    export = root / EXPORT_FILE
-    if trained_now or not export.exists() or reuse.recorded_hash(root) != reuse.grid_hash(specs):
-        results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
-                   for s in specs]
-        report = exp.analyze(results, b)
-        cmd = command or f"depthlab experiment {name} --budget {budget}" + (
-            f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
-        write_outputs(root, exp, report, budget=budget, command=cmd)
-        reuse.write_record(root, name, specs, budget=budget, seeds=seeds, corpus=corpus)
-        say(f"wrote {export}, {root / 'summary.md'} and charts")
-    else:
-        say(f"all {len(specs)} runs were finished; {export} is current")
-    status.update(state="done", runs_done=len(specs), current_run=None)
-    return root
+
+def train_run(spec: RunSpec, run_dir: Path, desc: str, stale: bool, status: Status,
+              bar: Progress, done: int, progress: bool, say: Callable[..., None]) -> None:
+    """Train one run (resuming it unless it is stale), a step bar beside the run bar."""
+    from depthlab.train import train
+
+    steps = Progress(spec.cfg.train.steps, desc=desc, initial=None, enabled=progress,
+                     leave=False)
+
+    def on_step(step: int, values: dict) -> None:
+        status.update(force=False, step=step)
+        steps.report(step, loss=values["loss"], tokens_per_s=values["tokens_per_s"])
+
+    with steps:
+        summary = train(spec.cfg, run_dir, resume=not stale, overwrite=stale, progress=False,
+                        on_step=on_step)
+    bar.report(done, run=f"{spec.name} {summary.status} at step {summary.step}",
+               loss=summary.train_loss, val_loss=summary.val_loss,
+               tokens_per_s=summary.tokens_per_s)
+    if summary.status == "interrupted":
+        status.update(state="interrupted", message=summary.message)
+        raise KeyboardInterrupt
+    if summary.status == "failed":
+        say(f"  {spec.name}: {summary.message}")
+
+
+def export(exp: Experiment, specs: list[RunSpec], root: Path, b: Budget, trained_now: bool,
+           command: str, settings: dict, say: Callable[..., None]) -> None:
+    """Analyse the runs and write export.json, charts and summary.md, unless the export
+    on disk is already that of this grid."""
+    out = root / EXPORT_FILE
+    if not trained_now and out.exists() and reuse.recorded_hash(root) == reuse.grid_hash(specs):
+        say(f"all {len(specs)} runs were finished; {out} is current")
+        return
+    results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
+               for s in specs]
+    write_outputs(root, exp, exp.analyze(results, b), budget=settings["budget"], command=command)
+    reuse.write_record(root, exp.name, specs, **settings)
+    say(f"wrote {out}, {root / 'summary.md'} and charts")

@@ -1,16 +1,19 @@
 """What an experiment is: a grid of runs that differ in exactly the named switches,
 at a budget, plus an analysis that turns their metric logs into charts,
-a table and conclusions computed from the data.
+a table and conclusions computed from the data. Each experiment is a module of this
+package that defines `EXPERIMENT`; depthlab.experiments.registry lists them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from depthlab.config import Config, apply_overrides
+from depthlab.locales import texts
 from depthlab.presets import course
 
 
@@ -107,12 +110,25 @@ class Report:
 
 @dataclass(frozen=True)
 class Experiment:
+    """A named grid and its analysis. Its question is the template
+    `experiments.<name>.question` of depthlab/locales/<lang>/experiments.json."""
+
     name: str
-    question: str
-    question_zh: str
     switches: tuple[str, ...]  # the config keys the grid varies
     grid: Callable[[Config, Budget, int], list[RunSpec]]
     analyze: Callable[[list[RunResult], Budget], Report]
+
+    @property
+    def questions(self) -> dict[str, str]:
+        return texts(f"experiments.{self.name}.question")
+
+    @property
+    def question(self) -> str:
+        return self.questions["en"]
+
+    @property
+    def question_zh(self) -> str:
+        return self.questions["zh"]
 
 
 def base_config(budget: Budget, corpus: str | None = None, threads: int = 0) -> Config:
@@ -144,3 +160,15 @@ def variant(cfg: Config, *overrides: str) -> Config:
 
 def seeded(cfg: Config, seed: int) -> Config:
     return replace(cfg, train=replace(cfg.train, seed=seed))
+
+
+def specs_over_seeds(arms: list[tuple[str, str, Config]], seeds: int,
+                     init_only: bool = False) -> list[RunSpec]:
+    """(arm, label, config) -> one RunSpec per seed 0..seeds-1."""
+    return [RunSpec(arm, s, seeded(cfg, s), label, init_only)
+            for arm, label, cfg in arms for s in range(seeds)]
+
+
+def now_iso() -> str:
+    """The UTC time stamp status.json and export.json carry."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
