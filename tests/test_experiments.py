@@ -297,3 +297,92 @@ def test_gap_growth_names_where_the_gap_grows():
     assert "1 层到 2 层之间" in sentence["zh"]
     flat = _gap_growth(depths, {1: 1.0, 2: 1.01, 3: 0.99, 4: 1.02}, dict.fromkeys(depths, 0.05), 3)
     assert "does not grow beyond the seed spread" in flat["en"]
+
+
+EXPERIMENTS_DIR = Path(__file__).parent.parent / "depthlab" / "experiments"
+
+
+def _package_imports(path: Path) -> set[str]:
+    """The depthlab modules a source file imports, at the top or inside functions."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("depthlab"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("depthlab")}
+    return found
+
+
+def test_experiment_imports_form_no_circle_and_never_point_up():
+    import graphlib
+
+    modules = {p.stem: p for p in EXPERIMENTS_DIR.glob("*.py") if p.stem != "__init__"}
+    graph = {}
+    for name, path in modules.items():
+        imported = _package_imports(path)
+        assert not {m for m in imported if m.startswith(("depthlab.web", "depthlab.cli"))}, name
+        from_package = {m.rsplit(".", 1)[1] for m in imported
+                        if m.startswith("depthlab.experiments.") and m.count(".") == 2}
+        assert from_package <= set(modules), f"{name} imports names of the package itself"
+        graph[name] = {m.rsplit(".", 1)[1] for m in imported
+                       if m.startswith("depthlab.experiments.")} & set(modules)
+    graphlib.TopologicalSorter(graph).static_order()  # raises CycleError on a circle
+    assert "runner" not in graph["report"] and "report" in graph["runner"]
+
+
+def test_no_sentence_is_written_in_the_experiment_modules():
+    import re
+
+    cjk = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+    for path in EXPERIMENTS_DIR.glob("*.py"):
+        hits = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                if cjk.search(line)]
+        assert not hits, f"{path.name} lines {hits}: sentences go to locales/*/experiments.json"
+
+
+def test_every_experiment_module_is_registered_and_has_its_question():
+    import pkgutil
+
+    import depthlab.experiments as package
+    from depthlab.experiments import registry
+    from depthlab.locales import LANGS, table
+
+    defining = {m.name for m in pkgutil.iter_modules(package.__path__)
+                if "\nEXPERIMENT = " in (EXPERIMENTS_DIR / f"{m.name}.py").read_text()}
+    assert defining == set(registry.MODULES)
+    assert list(EXPERIMENTS) == [e.name for e in registry.load().values()]
+    for name in EXPERIMENTS:
+        for lang in LANGS:
+            assert table(lang)[f"experiments.{name}.question"].strip(), (name, lang)
+    with pytest.raises(ValueError, match="'residual' is defined twice"):
+        registry.load(("residual", "residual"))
+
+
+def test_sentences_fill_each_language_with_its_own_words():
+    from depthlab.experiments.analysis import gap_sentence
+    from depthlab.experiments.wording import joined, phrase, same
+
+    assert joined([same("1"), same("2")]) == {"en": "1, 2", "zh": "1、2"}
+    one = gap_sentence(phrase("attn-gate.what.val_loss"), [3.0], [3.5],
+                       phrase("attn-gate.name.ungated"), phrase("attn-gate.name.gated"))
+    assert one["en"] == ("Validation loss: the gated model ends 0.5000 nats higher than the "
+                         "ungated model (3.5000 vs 3.0000; 1 seed, spread not measured).")
+    assert one["zh"].startswith("验证损失:带门控模型最终比无门控模型高 0.5000 nats")
+    assert "1 个种子" in one["zh"]
+    noisy = gap_sentence(same("x"), [3.0, 3.4], [3.1, 3.5], same("a"), same("b"))
+    assert "no difference is claimed" in noisy["en"] and "2 seeds, spread ±0.4000" in noisy["en"]
+    lower = gap_sentence(same("x"), [3.0, 3.01], [2.0, 2.01], same("a"), same("b"))
+    assert "ends 1.0000 nats lower than a" in lower["en"] and "低 1.0000 nats" in lower["zh"]
+    assert "diverged" in gap_sentence(same("x"), [3.0], [float("inf")], same("a"), same("b"))["en"]
+
+
+def test_list_names_prints_the_registry_one_per_line(capsys):
+    from depthlab.cli import main
+
+    assert main(["experiment", "--list", "--names"]) == 0
+    assert capsys.readouterr().out.splitlines() == list(EXPERIMENTS)
+    assert main(["experiment", "--names"]) != 0
+    assert "--names goes with --list" in capsys.readouterr().err
