@@ -1,8 +1,9 @@
 """The lesson's claims as named, reproducible experiments: grids of training (or
 init-time) runs whose exported data feed the page, the charts and summary.md.
 
-Imports go one way: spec -> (analysis helpers, experiment modules) -> registry -> report
--> runner; nothing here imports the page or the CLI."""
+Imports go one way, each module importing only those before it: spec -> report (charts,
+statistics, the files) -> wording, analysis, baselines, mechanism -> one module per
+experiment -> registry -> runner. Nothing here imports the page or the CLI."""
 
 from depthlab.experiments.registry import EXPERIMENTS, get_experiment
 from depthlab.experiments.report import EXPORT_FILE

@@ -77,7 +77,7 @@ def seed_note(seeds: int, noise: float) -> Text:
 def gap_sentence(what: Text, a: list[float], b: list[float], a_name: Text,
                  b_name: Text) -> Text:
     """How b's final losses compare with a's, claimed only beyond the seed spread."""
-    gap, real, _ = compare(a, b)
+    gap, real = compare(a, b)
     names = {"what": what, "a": a_name, "b": b_name, "a_loss": fmt(a), "b_loss": fmt(b)}
     note = seed_note(min(len(a), len(b)), spread(a) + spread(b))
     if not math.isfinite(gap):
