@@ -93,7 +93,7 @@ def depth_chart(depths: list[int], finals: dict, base: Baselines, seeds: int) ->
 def _span(values: list[float]) -> Text:
     lo, hi = min(values), max(values)
     if math.isclose(lo, hi, abs_tol=5e-5):
-        return phrase("residual.span.one", value=f"{lo:+.4f}")
+        return same(f"{lo:+.4f}")
     return phrase("residual.span.range", lo=f"{lo:+.4f}", hi=f"{hi:+.4f}")
 
 
