@@ -21,11 +21,10 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from depthlab.atomic import atomic_write, atomic_write_text  # re-exported: callers import them here
 from depthlab.config import Config, diff, flatten
 from depthlab.errors import UserError, read_json_object
 
@@ -39,26 +38,6 @@ LOCK_FILE = ".lock"
 # data.*, so a grid entry (before tokenizing) and its finished run hash alike.
 RUNTIME_KEYS = frozenset({"train.device", "train.threads", "train.compile"})
 DERIVED_KEYS = frozenset({"model.vocab_size"})
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp_path), fsync, then rename over `path` (atomic on POSIX)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def config_hash(cfg: Config) -> str:
@@ -245,7 +224,7 @@ def load_fitting(model: Any, state: dict[str, Any], what: str) -> None:
 def load_tokenizer(run_dir: Path):  # -> depthlab.tokenizer.Tokenizer | None
     """The run's tokenizer (char or BPE, from RUN/tokenizer.json), or None when the run
     has none (e.g. imported weights); prompts are then given as token ids."""
-    from depthlab.tokenizer import load_tokenizer as read
+    from depthlab.tokenizer import load_tokenizer as read  # numpy loads only when needed
 
     path = Path(run_dir) / TOKENIZER_FILE
     return read(path) if path.exists() else None

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from depthlab.atomic import atomic_write, atomic_write_text
 from depthlab.config import DataConfig
 from depthlab.errors import UserError, read_json_object
 
@@ -69,8 +70,6 @@ class CharTokenizer:
         return self.chars[i]
 
     def save(self, path: Path) -> None:
-        from depthlab.rundir import atomic_write_text
-
         record = {"kind": "char", "chars": self.chars}
         atomic_write_text(Path(path), json.dumps(record, ensure_ascii=False))
 
@@ -117,8 +116,6 @@ class BPETokenizer:
         return self.hf.decode([i])
 
     def save(self, path: Path) -> None:
-        from depthlab.rundir import atomic_write
-
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
 
 
