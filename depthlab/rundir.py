@@ -24,9 +24,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from depthlab import __version__
 from depthlab.atomic import atomic_write, atomic_write_text  # re-exported: callers import them here
 from depthlab.config import Config, diff, flatten
 from depthlab.errors import UserError, read_json_object
+from depthlab.memory import check_fits
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -151,9 +153,7 @@ def git_commit() -> str | None:
 
 
 def provenance() -> dict[str, Any]:
-    import torch
-
-    from depthlab import __version__
+    import torch  # lazy: the CLI's quick commands never load torch
 
     return {"depthlab_version": __version__, "torch_version": torch.__version__,
             "git_commit": git_commit()}
@@ -175,7 +175,7 @@ def read_config(run_dir: Path) -> tuple[Config, dict[str, Any]]:
 
 
 def save_weights(run_dir: Path, model: Any, name: str = WEIGHTS_FILE) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # torch
 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write(Path(run_dir) / name, lambda tmp: save_file(state, str(tmp)))
@@ -183,7 +183,7 @@ def save_weights(run_dir: Path, model: Any, name: str = WEIGHTS_FILE) -> None:
 
 def load_weights(path: Path) -> dict[str, Any]:
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # torch
 
     if not Path(path).exists():
         raise UserError(f"{path}: no such weights file")
@@ -195,8 +195,7 @@ def load_weights(path: Path) -> dict[str, Any]:
 
 def load_model(run_dir: Path, device: str = "cpu"):  # -> tuple[Transformer, Config]
     """Rebuild the model of a run directory with its latest weights."""
-    from depthlab.memory import check_fits
-    from depthlab.model import Transformer
+    from depthlab.model import Transformer  # torch
 
     cfg, _ = read_config(run_dir)
     check_fits(cfg, device, training=False, what=f"{run_dir}/config.json")
