@@ -33,8 +33,8 @@ from torch import nn
 from depthlab.model import Transformer
 from depthlab.presets import get_preset
 from depthlab.train import batches
-from depthlab.train.loop import _loss
 from depthlab.train.optim import lr_at, make_optimizer
+from depthlab.train.step import lm_loss
 
 VOCAB = 65  # tiny-shakespeare's characters
 
@@ -151,13 +151,13 @@ def depthlab_step(preset: str, d: int, layers: int, heads: int, ctx: int, batch:
     opt = make_optimizer(model, tc)
     state = {"i": 0}
 
-    def step() -> None:  # the per-step body of depthlab.train.loop, on one rank
+    def step() -> None:  # the per-step body of depthlab.train.step, on one rank
         i = state["i"]
         state["i"] += 1
         for group in opt.param_groups:
             group["lr"] = lr_at(i, tc)
         x, y = batches.train_batch(data, tc.seed, i, 0, batch, ctx, 0, 1, torch.device("cpu"))
-        loss = _loss(model(x), y)
+        loss = lm_loss(model(x), y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()

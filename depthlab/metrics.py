@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from depthlab.rundir import METRICS_FILE, atomic_write_text
+from depthlab.atomic import atomic_write_text
+from depthlab.rundir import METRICS_FILE
 
 KINDS = ("run_start", "train", "eval", "probe", "run_end")
 

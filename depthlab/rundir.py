@@ -21,13 +21,14 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from depthlab import __version__
+from depthlab.atomic import atomic_write, atomic_write_text  # re-exported: callers import them here
 from depthlab.config import Config, diff, flatten
 from depthlab.errors import UserError, read_json_object
+from depthlab.memory import check_fits
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -39,26 +40,6 @@ LOCK_FILE = ".lock"
 # data.*, so a grid entry (before tokenizing) and its finished run hash alike.
 RUNTIME_KEYS = frozenset({"train.device", "train.threads", "train.compile"})
 DERIVED_KEYS = frozenset({"model.vocab_size"})
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp_path), fsync, then rename over `path` (atomic on POSIX)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def config_hash(cfg: Config) -> str:
@@ -172,9 +153,7 @@ def git_commit() -> str | None:
 
 
 def provenance() -> dict[str, Any]:
-    import torch
-
-    from depthlab import __version__
+    import torch  # lazy: the CLI's quick commands never load torch
 
     return {"depthlab_version": __version__, "torch_version": torch.__version__,
             "git_commit": git_commit()}
@@ -196,7 +175,7 @@ def read_config(run_dir: Path) -> tuple[Config, dict[str, Any]]:
 
 
 def save_weights(run_dir: Path, model: Any, name: str = WEIGHTS_FILE) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # torch
 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     atomic_write(Path(run_dir) / name, lambda tmp: save_file(state, str(tmp)))
@@ -204,7 +183,7 @@ def save_weights(run_dir: Path, model: Any, name: str = WEIGHTS_FILE) -> None:
 
 def load_weights(path: Path) -> dict[str, Any]:
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # torch
 
     if not Path(path).exists():
         raise UserError(f"{path}: no such weights file")
@@ -216,8 +195,7 @@ def load_weights(path: Path) -> dict[str, Any]:
 
 def load_model(run_dir: Path, device: str = "cpu"):  # -> tuple[Transformer, Config]
     """Rebuild the model of a run directory with its latest weights."""
-    from depthlab.memory import check_fits
-    from depthlab.model import Transformer
+    from depthlab.model import Transformer  # torch
 
     cfg, _ = read_config(run_dir)
     check_fits(cfg, device, training=False, what=f"{run_dir}/config.json")
@@ -245,7 +223,7 @@ def load_fitting(model: Any, state: dict[str, Any], what: str) -> None:
 def load_tokenizer(run_dir: Path):  # -> depthlab.tokenizer.Tokenizer | None
     """The run's tokenizer (char or BPE, from RUN/tokenizer.json), or None when the run
     has none (e.g. imported weights); prompts are then given as token ids."""
-    from depthlab.tokenizer import load_tokenizer as read
+    from depthlab.tokenizer import load_tokenizer as read  # numpy loads only when needed
 
     path = Path(run_dir) / TOKENIZER_FILE
     return read(path) if path.exists() else None

@@ -19,7 +19,9 @@ from typing import Protocol
 
 import numpy as np
 
+from depthlab.atomic import atomic_write, atomic_write_text
 from depthlab.config import DataConfig
+from depthlab.corpus import load_corpus
 from depthlab.errors import UserError, read_json_object
 
 CACHE_VERSION = 1
@@ -69,8 +71,6 @@ class CharTokenizer:
         return self.chars[i]
 
     def save(self, path: Path) -> None:
-        from depthlab.rundir import atomic_write_text
-
         record = {"kind": "char", "chars": self.chars}
         atomic_write_text(Path(path), json.dumps(record, ensure_ascii=False))
 
@@ -86,7 +86,7 @@ class BPETokenizer:
 
     @classmethod
     def train(cls, text: str, vocab_size: int) -> BPETokenizer:
-        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
         tok = HFTokenizer(models.BPE())
@@ -117,8 +117,6 @@ class BPETokenizer:
         return self.hf.decode([i])
 
     def save(self, path: Path) -> None:
-        from depthlab.rundir import atomic_write
-
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
 
 
@@ -135,7 +133,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
         if len(set(chars)) != len(chars):
             raise UserError(f"{path}: field chars lists a character twice")
         return CharTokenizer(chars)
-    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
 
     try:
         return BPETokenizer(HFTokenizer.from_file(str(path)))
@@ -195,8 +193,6 @@ def _encode_all(tok: Tokenizer, text: str) -> np.ndarray:
 
 def prepare_data(data: DataConfig, root: Path | None = None) -> TokenData:
     """Load the corpus, train the tokenizer and encode, or reuse the cached result."""
-    from depthlab.corpus import load_corpus
-
     corpus = load_corpus(data.corpus)
     sha = corpus.sha256
     entry = Path(root or cache_dir()) / cache_key(sha, data)

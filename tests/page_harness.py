@@ -167,7 +167,6 @@ async ([patch, wantFrom]) => {
 }
 """
 
-STATIC_SIM = "() => document.getElementById('depthlab-data') !== null"
 
 # The real-model section has its answer on screen (charts or an error), nothing in flight.
 REALMODEL_SETTLED = """() => window.DL && DL.realmodel && !DL.realmodel.busy &&

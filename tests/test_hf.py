@@ -188,7 +188,7 @@ def test_probe_on_an_imported_model(tmp_path, capsys):
     assert result["grad_norm"][0] == pytest.approx(x.grad.norm().item(), rel=1e-4)
     assert result["loss"] == pytest.approx(loss.item(), rel=1e-5)
     assert result["per_layer"][-1] == 1.0 and result["ratio"] == result["per_layer"][0]
-    from depthlab.hf.probe import probe_model
+    from depthlab.probes.stream import probe_model
 
     fresh, _ = rundir.load_model(run)
     assert probe_model(fresh, ids)["grad_norm"] == result["grad_norm"]

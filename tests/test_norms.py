@@ -1,4 +1,4 @@
-"""Known answers for the norms (LESSON.md section 3)."""
+"""Known answers for the norms, worked by hand: the lesson's exact small arithmetic (its section 3)."""
 
 import math
 

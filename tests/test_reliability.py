@@ -26,6 +26,7 @@ from depthlab.presets import get_preset, tiny
 from depthlab.rundir import DirLock, config_hash, read_config
 from depthlab.train import EXIT_DIVERGED, train
 from depthlab.train.checkpoint import checkpoint_dirs, load_latest
+from depthlab.train.step import optimizer_step
 
 
 def tree_hashes(root: Path) -> dict[str, str]:
@@ -219,13 +220,11 @@ def test_divergence_names_the_step_of_the_weights_on_disk(tmp_path):
 
 
 def test_overflow_inside_the_optimizer_is_divergence():
-    from depthlab.train.loop import _optimizer_step
-
     w = torch.nn.Parameter(torch.ones(3))
     w.grad = torch.ones(3)
-    assert _optimizer_step(torch.optim.AdamW([w], lr=1e-3)) is None
+    assert optimizer_step(torch.optim.AdamW([w], lr=1e-3)) is None
     w.grad = torch.ones(3)
-    message = _optimizer_step(torch.optim.AdamW([w], lr=1e38))  # step size 1e39 > float max
+    message = optimizer_step(torch.optim.AdamW([w], lr=1e38))  # step size 1e39 > float max
     assert message is not None and "overflowed" in message
 
 

@@ -4,8 +4,12 @@ the probabilities of the very next token and the shapes on the way there."""
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
 from depthlab.cli.common import print_json
+from depthlab.errors import UserError
+from depthlab.rundir import load_model, load_tokenizer
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,11 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(args: argparse.Namespace):
-    from pathlib import Path
-
-    from depthlab.errors import UserError
-    from depthlab.rundir import load_model, load_tokenizer
-    from depthlab.train.runtime import pick_device
+    from depthlab.train.runtime import pick_device  # torch: only when the command runs
 
     model, _ = load_model(Path(args.run), device=str(pick_device(args.device)))
     tok = load_tokenizer(Path(args.run))
@@ -71,10 +71,7 @@ def _piece(tok, i: int) -> str | None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    import math
-
-    from depthlab.errors import UserError
-    from depthlab.generate import MAX_NEW_TOKENS, generate
+    from depthlab.generate import MAX_NEW_TOKENS, generate  # torch
 
     if not 0 <= args.tokens <= MAX_NEW_TOKENS:
         raise UserError(f"--tokens must be between 0 and {MAX_NEW_TOKENS:,}, got {args.tokens}")
@@ -98,8 +95,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_next_token(args: argparse.Namespace) -> int:
-    from depthlab.errors import UserError
-    from depthlab.generate import next_token
+    from depthlab.generate import next_token  # torch
 
     if args.show <= 0:
         raise UserError(f"--show must be > 0, got {args.show}")

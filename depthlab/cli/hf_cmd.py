@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from depthlab.cli.common import print_json
+from depthlab.cli.run_probe_cmd import add_run_probe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,34 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")
     e.set_defaults(handler=export_cmd)
 
-    add_run_probe(hsub, "probe", "depthlab hf probe runs/qwen3-0.6b")
+    add_run_probe(hsub, "probe", alias=True)
     p.set_defaults(handler=lambda a: p.print_help() or 2)
-
-
-def add_run_probe(sub: argparse._SubParsersAction, name: str, example: str) -> None:
-    """The probes on a run directory (trained or imported), as `hf probe` and `probe run`."""
-    pr = sub.add_parser(
-        name, help="the field's real-model probes of a run on your prompt",
-        description="Measure a run directory (one you trained, or a model imported from Hugging "
-        "Face or a GGUF) on one prompt: the residual stream's RMS after each write beside "
-        "sqrt(1 + k), each write's size relative to the stream it lands in and the angle it "
-        "turns the stream by; the first token's attention share per layer and head against "
-        "uniform causal attention; massive activations (largest |activation|, its dimension "
-        "and token, against the median); token collapse; the logit lens after every sublayer "
-        "with the final norm recomputed (and the cached-scale entropy beside it); the LM loss's "
-        "gradient at each sublayer; and the loss change when each block is skipped. Example: "
-        f"{example} --prompt 'The capital of France is' --target ' Paris'")
-    pr.add_argument("run_dir", metavar="RUN_DIR")
-    src = pr.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", metavar="TEXT", help="text, encoded with the run's tokenizer.json")
-    src.add_argument("--ids", metavar="ID,ID,...", help="token ids, comma-separated")
-    pr.add_argument("--target", metavar="TEXT|ID",
-                    help="the token the logit lens follows: an id (all digits) or text, whose first "
-                    "token is used (default: the model's own top-1 next token)")
-    pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
-    pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
-    pr.set_defaults(handler=probe_cmd)
 
 
 def import_cmd(args: argparse.Namespace) -> int:
@@ -118,31 +92,6 @@ def export_cmd(args: argparse.Namespace) -> int:
     r = export_run(args.run_dir, args.out, force=args.force)
     print(f"exported {r.architecture} ({r.n_params:,} parameters, float32"
           f"{', tokenizer.json' if r.tokenizer else ''}) -> {r.out_dir}")
-    return 0
-
-
-def probe_cmd(args: argparse.Namespace) -> int:
-    from depthlab.cli.realmodel_report import print_realmodel
-    from depthlab.errors import UserError
-    from depthlab.probes.realmodel import probe_run_dir
-
-    if args.ids is not None:
-        try:
-            prompt = [int(t) for t in args.ids.split(",") if t.strip()]
-        except ValueError:
-            raise UserError(f"--ids must be comma-separated integers, got {args.ids!r}") from None
-    else:
-        prompt = args.prompt
-    target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
-    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device)
-    if args.plot:
-        from depthlab.probes.realmodel_plot import plot_realmodel
-
-        plot_realmodel(result, args.plot)
-    if args.json:
-        print_json(result)
-        return 0
-    print_realmodel(result)
     return 0
 
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
+from depthlab.cli.run_probe_cmd import add_run_probe
 from depthlab.cli.table import legend, print_lines, table
 from depthlab.errors import UserError
 
@@ -66,9 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     n.add_argument("--json", action="store_true", help="print JSON instead of a table")
     n.set_defaults(handler=norms)
 
-    from depthlab.cli.hf_cmd import add_run_probe
-
-    add_run_probe(psub, "run", "depthlab probe run runs/course-shakespeare-char-s1337")
+    add_run_probe(psub, "run")
     p.set_defaults(handler=lambda a: p.print_help() or 2)
 
 

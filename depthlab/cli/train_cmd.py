@@ -7,9 +7,15 @@ Exit codes: 0 completed, 130 interrupted (Ctrl-C/SIGTERM; a checkpoint was saved
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
+from pathlib import Path
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
+from depthlab.config import apply_overrides
+from depthlab.corpus import corpus_label
+from depthlab.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,8 +57,6 @@ _FLAG_KEYS = {"corpus": "data.corpus", "tokenizer": "data.tokenizer", "steps": "
 
 
 def resolve(args: argparse.Namespace):  # -> Config
-    from depthlab.config import apply_overrides
-
     cfg = config_from_args(args)
     sets = [f"{key}={getattr(args, flag)}" for flag, key in _FLAG_KEYS.items()
             if getattr(args, flag) is not None]
@@ -62,8 +66,6 @@ def resolve(args: argparse.Namespace):  # -> Config
 def default_run_name(args: argparse.Namespace, cfg) -> str:
     """runs/<preset>-<corpus>-<tokenizer>[-overrides]-s<seed>: readable and stable, so
     the same command with --resume finds its run."""
-    from depthlab.corpus import corpus_label
-
     parts = [args.preset or (("cfg-" + _stem(args.config)) if args.config else
                              args.default_preset),
              corpus_label(cfg.data.corpus), cfg.data.tokenizer]
@@ -75,17 +77,11 @@ def default_run_name(args: argparse.Namespace, cfg) -> str:
 
 
 def _stem(path: str) -> str:
-    from pathlib import Path
-
     return Path(path).stem
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-    from pathlib import Path
-
-    from depthlab.errors import UserError
-    from depthlab.train import train
+    from depthlab.train import train  # torch: only when the command runs
 
     if args.max_steps is not None and args.max_steps <= 0:
         raise UserError(f"--max-steps must be > 0, got {args.max_steps}")
@@ -98,8 +94,6 @@ def run(args: argparse.Namespace) -> int:
                         "drop --resume to start it")
     summary = train(cfg, out, resume=args.resume, overwrite=args.overwrite,
                     progress=not args.no_progress, max_steps=args.max_steps)
-    import os
-
     if int(os.environ.get("RANK", "0")) != 0:
         return summary.exit_code
     if args.json:

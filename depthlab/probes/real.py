@@ -11,15 +11,14 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any
 
 import torch
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import UserError
-from depthlab.hooks import ActivationCache
 from depthlab.model import Transformer, init_weights
-from depthlab.probes.simulator import json_list, json_number, mean_cosine, rel_distance
+from depthlab.probes.simulator import json_list, json_number
+from depthlab.probes.stream import stream_measures, stream_sites
 
 MAX_REAL_TOKENS = 1024
 
@@ -63,32 +62,6 @@ class RealResult:
                 "stream_rms": json_list(self.stream_rms),
                 "rel_distance": json_list(self.rel_distance),
                 "mean_cosine": json_list(self.mean_cosine)}
-
-
-def stream_sites(n_layers: int) -> tuple[list[str], list[str]]:
-    """Hook names of the stream each sublayer reads (2L, bottom first) and of the stream
-    after each of the 2L writes."""
-    reads, writes = [], []
-    for i in range(n_layers):
-        reads += [f"blocks.{i}.hook_resid_pre", f"blocks.{i}.hook_resid_mid"]
-        writes += [f"blocks.{i}.hook_resid_mid", f"blocks.{i}.hook_resid_post"]
-    return reads, writes
-
-
-def stream_measures(cache: ActivationCache, n_layers: int, first: torch.Tensor) -> dict[str, Any]:
-    """From a `run_with_cache(names=stream_sites(...), grad_of=...)` of one sequence: the
-    gradient norm at the stream each sublayer reads (and relative to the top one), and RMS
-    and token collapse of each stream state (2L + 1: `first`, then after each write)."""
-    reads, writes = stream_sites(n_layers)
-    norms = torch.stack([cache.grads[n].double().norm() for n in reads])
-    states = torch.stack([first.detach()[0].double()] + [cache[n][0].double() for n in writes])
-    per_layer = norms / norms[-1]
-    return {"sublayers": [f"{i}.{kind}" for i in range(n_layers) for kind in ("attn", "mlp")],
-            "grad_norm": norms.tolist(), "per_layer": per_layer.tolist(),
-            "ratio": float(per_layer[0]),
-            "stream_rms": states.pow(2).mean(dim=(-2, -1)).sqrt().tolist(),
-            "rel_distance": rel_distance(states).tolist(),
-            "mean_cosine": mean_cosine(states).tolist()}
 
 
 _MODEL_LOCK = threading.Lock()  # one request at a time re-initialises a shared model

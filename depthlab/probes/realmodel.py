@@ -164,7 +164,7 @@ def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str
 def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> dict[str, Any]:
     """Every probe above for one prompt. `target` is the token the lens follows (default:
     the model's own top-1 next token)."""
-    from depthlab.hf.probe import probe_model
+    from depthlab.probes.stream import probe_model
 
     L = model.cfg.n_layers
     if target is not None and not 0 <= target < model.cfg.vocab_size:

@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from depthlab.rundir import WEIGHTS_FILE, atomic_write, load_weights, save_weights
+from depthlab.atomic import atomic_write
+from depthlab.rundir import WEIGHTS_FILE, load_weights, save_weights
 
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "state.pt"

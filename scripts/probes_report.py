@@ -1,6 +1,6 @@
 """The lesson's figures beside ours, for docs/probes.md: numbers in the docs come from code.
 
-Run: python -m depthlab.probes.report > docs/probes_table.md (or --write docs/probes.md
+Run: python scripts/probes_report.py > docs/probes_table.md (or --write docs/probes.md
 to refresh the table between the markers in that file).
 """
 

@@ -1,0 +1,63 @@
+"""`depthlab probe run` (alias `depthlab hf probe`): the field's real-model probes of a run
+directory on the learner's prompt. One parser and one handler for both names."""
+
+from __future__ import annotations
+
+import argparse
+
+from depthlab.cli.common import print_json
+from depthlab.cli.realmodel_report import print_realmodel
+from depthlab.errors import UserError
+
+HOME = "depthlab probe run"
+EXAMPLE = "runs/course-shakespeare-char-s1337"
+
+
+def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = False) -> None:
+    """Register the run probe as `name` under `sub`; `alias` marks a second name for it."""
+    what = ("Measure a run directory (one you trained, or a model imported from Hugging Face "
+            "or a GGUF) on one prompt: the residual stream's RMS after each write beside "
+            "sqrt(1 + k), each write's size relative to the stream it lands in and the angle it "
+            "turns the stream by; the first token's attention share per layer and head against "
+            "uniform causal attention; massive activations (largest |activation|, its dimension "
+            "and token, against the median); token collapse; the logit lens after every sublayer "
+            "with the final norm recomputed (and the cached-scale entropy beside it); the LM "
+            "loss's gradient at each sublayer; and the loss change when each block is skipped. "
+            f"Example: {HOME} {EXAMPLE} --prompt 'The capital of France is' --target ' Paris'")
+    summary = "the field's real-model probes of a run on your prompt"
+    pr = sub.add_parser(name, help=f"alias of `{HOME}`: {summary}" if alias else summary,
+                        description=f"Alias of `{HOME}`. {what}" if alias else what)
+    pr.add_argument("run_dir", metavar="RUN_DIR")
+    src = pr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", metavar="TEXT", help="text, encoded with the run's tokenizer.json")
+    src.add_argument("--ids", metavar="ID,ID,...", help="token ids, comma-separated")
+    pr.add_argument("--target", metavar="TEXT|ID",
+                    help="the token the logit lens follows: an id (all digits) or text, whose first "
+                    "token is used (default: the model's own top-1 next token)")
+    pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
+    pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
+    pr.set_defaults(handler=run_probe)
+
+
+def run_probe(args: argparse.Namespace) -> int:
+    from depthlab.probes.realmodel import probe_run_dir  # torch: only when the command runs
+
+    if args.ids is not None:
+        try:
+            prompt = [int(t) for t in args.ids.split(",") if t.strip()]
+        except ValueError:
+            raise UserError(f"--ids must be comma-separated integers, got {args.ids!r}") from None
+    else:
+        prompt = args.prompt
+    target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
+    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device)
+    if args.plot:
+        from depthlab.probes.realmodel_plot import plot_realmodel  # matplotlib, only for --plot
+
+        plot_realmodel(result, args.plot)
+    if args.json:
+        print_json(result)
+        return 0
+    print_realmodel(result)
+    return 0

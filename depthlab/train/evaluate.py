@@ -1,0 +1,72 @@
+"""What the trainer measures besides the training loss, and the log lines it writes:
+validation loss on fixed windows, and the probe of the residual stream on a fixed batch
+(depthlab.probes.stream holds the reading; metrics.jsonl's keys are in depthlab.metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from depthlab.config import Config
+from depthlab.model import Transformer
+from depthlab.probes.stream import training_probe
+from depthlab.progress import Progress
+from depthlab.tokenizer import TokenData
+from depthlab.train import batches, runtime
+from depthlab.train.measures import input_dependence
+from depthlab.train.setup import LoopState, Run
+from depthlab.train.step import lm_loss
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, data: TokenData, cfg: Config, rt: runtime.Runtime) -> float:
+    """Mean loss over the fixed validation windows (shared out across ranks)."""
+    offsets, length = batches.eval_offsets(len(data.val), cfg.train.seq_len, cfg.train.eval_tokens)
+    mine = offsets[rt.rank::rt.world]
+    total = torch.zeros(2, dtype=torch.float64, device=rt.device)
+    for i in range(0, len(mine), cfg.train.batch_size):
+        x, y = batches.windows(data.val, mine[i:i + cfg.train.batch_size], length, rt.device)
+        total[0] += lm_loss(model(x), y).double() * len(x)
+        total[1] += len(x)
+    rt.sum(total)
+    return (total[0] / total[1]).item()
+
+
+def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
+    """A probe line's values on the batch (x, y): the stream and gradient reading of
+    `depthlab.probes.stream.training_probe` and how much the predictions depend on the
+    input. The .grad fields stay untouched."""
+    logits, values = training_probe(model, x, y, lm_loss)
+    return {**values, "input_dependence": input_dependence(logits)}
+
+
+def log_probe(run: Run, step: int) -> None:
+    if run.writer is not None:
+        run.writer.log("probe", step=step, **probe(run.model, *run.probe_batch))
+
+
+def log_eval(run: Run, st: LoopState) -> None:
+    """Evaluate on every rank; rank 0 logs. The value is kept for the run's summary."""
+    st.val_loss = evaluate(run.model, run.data, run.cfg, run.rt)
+    if run.writer is not None:
+        run.writer.log("eval", step=st.step, tokens=st.step * run.tokens_per_step,
+                       val_loss=st.val_loss)
+
+
+def log_train(run: Run, st: LoopState, lr: float, bar: Progress | None,
+              on_step: Callable[[int, dict[str, float]], None] | None) -> None:
+    """Rank 0: the train line (every log_every steps and at the last), the progress bar
+    and the caller's on_step, with the values of the latest read."""
+    if run.writer is None:
+        return
+    tc, loss = run.cfg.train, run.reads.loss
+    if st.step % tc.log_every == 0 or st.step == tc.steps:
+        run.writer.log("train", step=st.step, tokens=st.step * run.tokens_per_step, loss=loss,
+                       lr=lr, grad_norm=run.reads.grad_norm, tokens_per_s=st.rate)
+    if bar is not None:
+        bar.report(st.step, loss=loss, tokens_per_s=st.rate)
+    if on_step is not None:
+        on_step(st.step, {"loss": loss, "lr": lr, "tokens_per_s": st.rate})

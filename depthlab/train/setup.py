@@ -1,0 +1,158 @@
+"""Before the first step: the data, the model and optimizer (fresh or from a checkpoint),
+the run directory's config and log, and the wrapped forward the steps call.
+
+`Run` is what every later stage reads; `LoopState` is what the steps change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from depthlab.config import Config
+from depthlab.errors import UserError
+from depthlab.hooks import HookFn
+from depthlab.memory import check_fits
+from depthlab.metrics import MetricsWriter, truncate_after
+from depthlab.model import Transformer
+from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
+from depthlab.tokenizer import TokenData, prepare_data
+from depthlab.train import batches, runtime, step_reads
+from depthlab.train.checkpoint import Checkpoint
+from depthlab.train.optim import make_optimizer
+
+
+@dataclass
+class Run:
+    """One invocation of the trainer, set up: what the steps, evaluations, logs and
+    checkpoints all read."""
+
+    cfg: Config
+    run_dir: Path
+    rt: runtime.Runtime
+    data: TokenData
+    model: Transformer
+    optimizer: torch.optim.Optimizer
+    net: torch.nn.Module  # the model, wrapped in DistributedDataParallel when world > 1
+    fwd: Any  # net, compiled when train.compile
+    autocast: Any  # bfloat16 autocast, or a null context
+    writer: MetricsWriter | None  # rank 0 only
+    start_step: int
+    probe_batch: tuple[torch.Tensor, torch.Tensor]  # fixed validation batch of every probe
+    reads: step_reads.StepReads
+    fwd_hooks: list[tuple[str, HookFn]]
+
+    @property
+    def tokens_per_step(self) -> int:
+        tc = self.cfg.train
+        return tc.batch_size * tc.grad_accum * tc.seq_len
+
+
+@dataclass
+class LoopState:
+    """Where the loop stands; step counts finished optimizer steps."""
+
+    step: int
+    saved_step: int | None  # the step of the weights on disk (RUN/model.safetensors)
+    status: str = "completed"
+    message: str = ""
+    train_loss: float | None = None
+    val_loss: float | None = None
+    rate: float = 0.0  # tokens/s over the steps between the last two reads
+    rate_from: int = 0
+    busy_s: float = 0.0  # time spent in steps since the last read
+    run_tokens: int = 0  # tokens trained on in this invocation
+
+
+def resolve_config(cfg: Config, data: TokenData) -> Config:
+    """The config a run records: the model's vocabulary is the tokenizer's."""
+    return replace(cfg, model=replace(cfg.model, vocab_size=data.vocab_size))
+
+
+def _check_sizes(cfg: Config, data: TokenData) -> None:
+    need = cfg.train.seq_len + 1
+    if len(data.train) < need:
+        raise UserError(f"corpus {cfg.data.corpus!r}: the train split has {len(data.train)} "
+                        f"tokens, fewer than train.seq_len + 1 = {need}")
+    if len(data.val) < 2:
+        raise UserError(f"corpus {cfg.data.corpus!r}: the val split has under 2 tokens; "
+                        "use more text or a larger data.val_fraction")
+
+
+def prepare(cfg: Config, rt: runtime.Runtime,
+            cache_root: Path | None) -> tuple[Config, TokenData]:
+    """The tokenised corpus (rank 0 encodes; the others then read its cache) and the
+    resolved config, checked against the data and the device's memory."""
+    if rt.is_main:
+        data = prepare_data(cfg.data, cache_root)
+    rt.barrier()
+    if not rt.is_main:
+        data = prepare_data(cfg.data, cache_root)
+    cfg = resolve_config(cfg, data)
+    _check_sizes(cfg, data)
+    check_fits(cfg, str(rt.device), world=rt.world)
+    return cfg, data
+
+
+def build(cfg: Config, rt: runtime.Runtime,
+          ckpt: Checkpoint | None) -> tuple[Transformer, torch.optim.Optimizer]:
+    """The model at init from train.seed, with the checkpoint's weights when resuming
+    (checked tensor by tensor against the config), and its optimizer."""
+    torch.manual_seed(cfg.train.seed)
+    model = Transformer(cfg.model).to(rt.device)
+    optimizer = make_optimizer(model, cfg.train)
+    if ckpt is not None:
+        load_fitting(model, ckpt.weights, f"{ckpt.path} does not fit the config")
+    return model, optimizer
+
+
+def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, model: Transformer,
+          optimizer: torch.optim.Optimizer, ckpt: Checkpoint | None,
+          fwd_hooks: list[tuple[str, HookFn]]) -> Run:
+    """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
+    start_step = 0
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt.state["optimizer"])
+        torch.set_rng_state(ckpt.state["torch_rng"])
+        start_step = ckpt.step
+    writer = _open_log(cfg, run_dir, rt, data, ckpt, start_step) if rt.is_main else None
+    net: torch.nn.Module = model
+    if rt.world > 1:
+        net = DistributedDataParallel(
+            model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None)
+    tc = cfg.train
+    return Run(
+        cfg=cfg, run_dir=run_dir, rt=rt, data=data, model=model, optimizer=optimizer, net=net,
+        fwd=runtime.compile_or_eager(net) if tc.compile else net,
+        autocast=(torch.autocast(rt.device.type, dtype=torch.bfloat16)
+                  if tc.dtype == "bfloat16" else contextlib.nullcontext()),
+        writer=writer, start_step=start_step,
+        probe_batch=batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, rt.device),
+        reads=step_reads.StepReads(rt.device), fwd_hooks=fwd_hooks)
+
+
+def _open_log(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData,
+              ckpt: Checkpoint | None, start_step: int) -> MetricsWriter:
+    """A fresh run writes config.json and tokenizer.json and starts a fresh log; a resumed
+    one cuts its log back to the checkpoint's step. Either way, a run_start line."""
+    tc = cfg.train
+    if ckpt is None:
+        write_config(run_dir, cfg, seed=tc.seed,
+                     tokenizer={"kind": data.tokenizer.kind, "file": TOKENIZER_FILE,
+                                "vocab_size": data.vocab_size},
+                     corpus={"spec": cfg.data.corpus, "sha256": data.corpus_sha256,
+                             "train_tokens": len(data.train), "val_tokens": len(data.val)},
+                     world_size=rt.world)
+        data.tokenizer.save(run_dir / TOKENIZER_FILE)
+        (run_dir / METRICS_FILE).unlink(missing_ok=True)
+    else:
+        truncate_after(run_dir, start_step)
+    writer = MetricsWriter(run_dir)
+    writer.log("run_start", step=start_step, steps=tc.steps, world_size=rt.world,
+               device=str(rt.device), resumed_from=start_step if ckpt else None)
+    return writer

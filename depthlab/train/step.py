@@ -1,0 +1,84 @@
+"""One optimizer step: forward and backward over the micro-batches, the gradient clip,
+then (only when the values that must be read are finite) the update.
+
+The data a step reads is a function of (seed, step, micro, rank), so a resumed run
+sees the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from depthlab.train import batches, runtime
+from depthlab.train.optim import lr_at
+from depthlab.train.setup import Run
+
+
+@dataclass(frozen=True)
+class StepResult:
+    lr: float
+    loss: torch.Tensor  # mean over micro-batches and ranks, on the device (not read yet)
+    grad_norm: torch.Tensor  # before clipping, on the device
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy, computed in float32 whatever the autocast dtype."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+def train_step(run: Run, step: int) -> StepResult:
+    """Set the learning rate of `step`, accumulate gradients over train.grad_accum
+    micro-batches (DDP syncs only on the last) and clip them; no update yet."""
+    tc, rt = run.cfg.train, run.rt
+    lr = lr_at(step, tc)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=rt.device)
+    for micro in range(tc.grad_accum):
+        x, y = (runtime.to_device(t, rt.device) for t in batches.train_batch(
+            run.data.train, tc.seed, step, micro, tc.batch_size, tc.seq_len, rt.rank,
+            rt.world, torch.device("cpu")))
+        last = micro == tc.grad_accum - 1
+        sync = run.net.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
+        with sync:
+            with run.autocast:
+                loss = lm_loss(run.fwd(x), y) / tc.grad_accum
+            loss.backward()
+        loss_sum += loss.detach()
+    loss_t = rt.sum(loss_sum) / rt.world
+    grad_norm_t = torch.nn.utils.clip_grad_norm_(
+        run.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+    return StepResult(lr, loss_t, grad_norm_t)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> str | None:
+    """optimizer.step(); a non-finite value inside AdamW (an overflowing update) is
+    divergence, reported like a non-finite loss rather than as a traceback."""
+    try:
+        optimizer.step()
+    except RuntimeError as e:
+        if "overflow" not in str(e) and "inf" not in str(e).lower():
+            raise
+        return f"the optimizer update overflowed ({e})"
+    return None
+
+
+def apply_step(run: Run, step: int, result: StepResult, read_now: bool) -> tuple[str, int] | None:
+    """Finish step `step` (0-based) into step + 1: read its values when `read_now`, then
+    update and clear the gradients. Returns (what diverged, at which step) instead of
+    updating when a read finds a non-finite value, or when the update overflows."""
+    done = step + 1
+    run.reads.record(done, result.loss, result.grad_norm)
+    diverged = run.reads.read(done, result.loss, result.grad_norm) if read_now else None
+    if diverged is None:
+        problem = optimizer_step(run.optimizer)
+        diverged = None if problem is None else (problem, done)
+    if diverged:
+        return diverged
+    run.optimizer.zero_grad(set_to_none=True)
+    return None
