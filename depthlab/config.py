@@ -90,6 +90,19 @@ class ModelConfig:
         return 2 * self.n_layers
 
     @property
+    def approx_params(self) -> int:
+        """Parameters counted from the shapes, for memory estimates and the size bound
+        (biases and norms roughly: a rounding error next to the matrices; the exact count
+        is `depthlab.model.summary.summarize`)."""
+        d, hd, f = self.d_model, self.head_size, self.ffn_hidden
+        q = d * self.n_heads * hd * (2 if self.attn_gate else 1)
+        attn = q + 2 * d * self.kv_heads * hd + self.n_heads * hd * d
+        ffn = (3 if self.ffn == "swiglu" else 2) * d * f
+        embed = self.vocab_size * d + (self.context_len * d if self.position == "learned" else 0)
+        head = 0 if self.tie_embeddings else self.vocab_size * d
+        return embed + self.n_layers * (attn + ffn + 4 * d) + head + d
+
+    @property
     def write_scale(self) -> float:
         """What each write is multiplied by as it enters the stream: 1/sqrt(2L) for
         `residual=scaled`, else 1 (the variants with learned scales start elsewhere)."""
@@ -319,10 +332,9 @@ def validate_model(m: ModelConfig) -> ModelConfig:
         if m.ffn != "swiglu":
             raise ConfigError("model.ffn_clamp applies to ffn=swiglu only")
         _positive("model.ffn_clamp", m.ffn_clamp)
-    from depthlab.memory import param_count
 
-    if param_count(m) > MAX_PARAMS:
-        raise ConfigError(f"this model has about {param_count(m):.3g} parameters, more than "
+    if m.approx_params > MAX_PARAMS:
+        raise ConfigError(f"this model has about {m.approx_params:.3g} parameters, more than "
                           f"the limit of {MAX_PARAMS:.3g}; shrink model.d_model, d_ff or vocab_size")
     if m.norm == "none":
         if m.placement != "pre":

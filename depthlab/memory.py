@@ -28,20 +28,6 @@ from depthlab.errors import UserError
 FLOAT = 4  # bytes
 
 
-def param_count(m: ModelConfig) -> int:
-    """Parameters of a model config, counted from its shapes (biases and norms included
-    roughly: they are a rounding error next to the matrices)."""
-    d, hd, f = m.d_model, m.head_size, m.ffn_hidden
-    q = d * m.n_heads * hd * (2 if m.attn_gate else 1)
-    kv = 2 * d * m.kv_heads * hd
-    attn = q + kv + m.n_heads * hd * d
-    ffn = (3 if m.ffn == "swiglu" else 2) * d * f
-    per_block = attn + ffn + 4 * d
-    embed = m.vocab_size * d + (m.context_len * d if m.position == "learned" else 0)
-    head = 0 if m.tie_embeddings else m.vocab_size * d
-    return embed + m.n_layers * per_block + head + d
-
-
 @dataclass(frozen=True)
 class MemoryEstimate:
     params: int
@@ -57,7 +43,7 @@ class MemoryEstimate:
 def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
     """Bytes held at once by a forward (and, when training, backward) pass of `batch`
     sequences of `seq` tokens."""
-    n = param_count(m)
+    n = m.approx_params
     tokens = batch * seq
     per_block = tokens * (18 * m.d_model + 5 * m.ffn_hidden) + 3 * batch * m.n_heads * seq * seq
     acts = m.n_layers * per_block + 4 * tokens * m.vocab_size

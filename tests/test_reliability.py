@@ -19,7 +19,7 @@ from train_helpers import DATA, REPO, TEXT, cache, config  # noqa: F401 (cache: 
 from depthlab.cli import main
 from depthlab.errors import UserError
 from depthlab.experiments import run_experiment
-from depthlab.memory import check_fits, estimate, param_count
+from depthlab.memory import check_fits, estimate
 from depthlab.metrics import read_metrics
 from depthlab.model.summary import summarize
 from depthlab.presets import get_preset, tiny
@@ -266,7 +266,7 @@ def test_config_hash_ignores_where_a_run_executes_and_the_tokenizer_vocab():
 @pytest.mark.parametrize("name", ["course", "tiny", "llama", "gpt2", "qwen3"])
 def test_parameter_estimate_matches_the_model(name):
     m = get_preset(name).model
-    assert abs(param_count(m) / summarize(m).total_params - 1) < 0.01
+    assert abs(m.approx_params / summarize(m).total_params - 1) < 0.01
 
 
 PEAK = """
@@ -296,7 +296,7 @@ print((hwm - base) * 1024)
 def test_memory_estimate_is_within_a_factor_of_the_measured_peak(name):
     cfg = get_preset(name)
     est = estimate(cfg.model, cfg.train.batch_size, cfg.train.seq_len, training=True)
-    assert est.weights == 4 * param_count(cfg.model) and est.optimizer == 3 * est.weights
+    assert est.weights == 4 * cfg.model.approx_params and est.optimizer == 3 * est.weights
     out = subprocess.run([sys.executable, "-c", PEAK, name], cwd=REPO, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     peak = int(out.stdout.strip())
