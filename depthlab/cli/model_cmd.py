@@ -62,9 +62,11 @@ def describe(args: argparse.Namespace) -> int:
     print(f"{m.n_layers} blocks x 2 sublayers = {m.n_writes} writes into the residual stream")
     print(f"norm={m.norm} placement={m.placement} residual={m.residual} ffn={m.ffn} "
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
-          f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm}")
-    print("\nOne block:")
-    block_lines = str(build_meta(replace(m, n_layers=1)).blocks[0]).splitlines()
+          f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm} "
+          f"norm_scale={m.norm_scale} value_residual={m.value_residual}")
+    shown = min(m.n_layers, 2) - 1  # block 1 stands for 1..L-1 (block 0 has no value mix)
+    print(f"\nOne block (block {shown}):")
+    block_lines = str(build_meta(replace(m, n_layers=shown + 1)).blocks[shown]).splitlines()
     print("\n".join("  " + line for line in block_lines if "HookPoint()" not in line))
     print("\nParameters:")
     for comp, n in s.params_by_component.items():
