@@ -272,12 +272,11 @@ def test_describe_counts_every_parameter(switch, n_layers):
     cfg = replace(TINY, n_layers=n_layers, **FRONTIER[switch])
     real = sum(p.numel() for p in Transformer(cfg).parameters())
     assert summarize(cfg).total_params == real
-    extra = {"deepnorm": 0, "norm_scale": 0, "value_residual": 2 * (n_layers - 1),
-             "dyt": (2 * n_layers + 1) * (16 + 1)}[switch]
-    base = replace(TINY, n_layers=n_layers, placement=cfg.placement)
-    if switch == "dyt":
-        base = replace(base, norm="layernorm")  # dyt: layernorm's gamma, beta and one alpha
-        extra = 2 * n_layers + 1
+    # against the same model without the switch: value_residual adds two lambdas to each
+    # block but the first; dyt has layernorm's gamma and beta plus one alpha per norm
+    base = replace(TINY, n_layers=n_layers, placement=cfg.placement,
+                   norm="layernorm" if switch == "dyt" else TINY.norm)
+    extra = {"value_residual": 2 * (n_layers - 1), "dyt": 2 * n_layers + 1}.get(switch, 0)
     assert real == sum(p.numel() for p in Transformer(base).parameters()) + extra
 
 
@@ -307,10 +306,39 @@ def test_each_switch_trains_and_probes(tmp_path, capsys, switch):
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [x["loss"] for x in lines if x.get("kind") == "train"]
     assert len(losses) == 6 and all(math.isfinite(v) for v in losses)
-    assert losses[-1] < losses[0]
-    assert summary is not None
+    assert losses[-1] < losses[0] and (summary.status, summary.step) == ("completed", 6)
     assert main(["probe", "run", str(tmp_path / "run"), "--ids", "1,2,3,4,5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     L = cfg.model.n_layers
     assert len(out["grad_norm"]) == 2 * L and len(out["stream_rms"]) == 2 * L + 1
     assert all(math.isfinite(v) and v > 0 for v in out["grad_norm"] + out["stream_rms"])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--set", "model.residual=deepnorm"], "set model.placement=post"),
+    (["--set", "model.norm_scale=depth", "--set", "model.placement=output"],
+     "model.norm_scale='depth'"),
+    (["--set", "model.norm_scale=deep"], "choose one of: none, depth"),
+    (["--set", "model.norm=tanh"], "rmsnorm_zero_centered, dyt"),
+    (["--set", "model.value_residual=maybe"], "model.value_residual must be true or false"),
+])
+def test_cli_refuses_bad_switches_in_one_line(capsys, args, fragment):
+    assert main(["model", "describe", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]
+
+
+def test_describe_shows_each_switch(capsys):
+    argv = ["model", "describe", "--set", "model.n_layers=18", "--set", "model.placement=post",
+            "--set", "model.residual=deepnorm", "--set", "model.norm=dyt",
+            "--set", "model.value_residual=true"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    # the constants of the 18-layer run: alpha = sqrt(6), beta = 1/sqrt(12)
+    assert "DeepNormResidual(alpha=2.44949, beta=0.288675)" in out
+    assert "(attn_norm_post): DyT(alpha_init=0.5)" in out
+    assert "(value_residual): ValueResidual(lambda_init=(0.5, 0.5))" in out
+    assert "value_residual=True" in out and "residual=deepnorm" in out
+    assert main(["model", "describe", "--set", "model.norm_scale=depth"]) == 0
+    out = capsys.readouterr().out
+    assert "norm_scale=depth" in out and "in_norm_scale=0.707107" in out  # block 1: 1/sqrt(2)

@@ -107,10 +107,11 @@ class DyT(nn.Module):
     """Dynamic Tanh: y = gamma * tanh(alpha * x) + beta, in place of a norm.
 
     Zhu, Chen, He, LeCun, Liu 2025, "Transformers without Normalization" (CVPR 2025,
-    arXiv:2503.10622), eq. 1: DyT(x) = gamma * tanh(alpha * x) + beta, with alpha one
-    learnable scalar (init alpha_0 = 0.5, the paper's default for LLM-free settings and
-    the reference code's `alpha_init_value`), gamma a per-channel vector of ones and
-    beta one of zeros (facebookresearch/DynamicTanh, dynamic_tanh.py). No statistics
+    arXiv:2503.10622): DyT(x) = gamma * tanh(alpha * x) + beta, with alpha one learnable
+    scalar (init alpha_0 = 0.5, the paper's default and the reference code's
+    `alpha_init_value`; for its LLaMA runs the paper tunes alpha_0 by model width, which
+    this switch does not), gamma a per-channel vector of ones and beta one of zeros
+    (facebookresearch/DynamicTanh). No statistics
     are computed: tanh squashes the few large activations the way LayerNorm's
     S-shaped input-output map does, so there is no eps (the argument is accepted only
     so every norm is built alike) and no fused kernel: `forward` is the formula.
