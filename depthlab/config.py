@@ -20,9 +20,10 @@ from typing import Any
 from depthlab.errors import ConfigError, read_json_object
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
-NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered")
+NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt")
 PLACEMENTS = ("pre", "post", "sandwich", "output")
-RESIDUALS = ("none", "plain", "scaled", "rezero")  # depthlab.model.residual
+RESIDUALS = ("none", "plain", "scaled", "rezero", "deepnorm")  # depthlab.model.residual
+NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sqrt(l)
 FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 
@@ -55,6 +56,8 @@ class ModelConfig:
     norm_eps: float = 1e-5
     placement: str = "pre"
     residual: str = "plain"
+    norm_scale: str = "none"  # depth: LayerNorm Scaling (Sun et al. 2025), Block in_norm_scale
+    value_residual: bool = False  # ResFormer: later layers mix in layer 0's V (Zhou et al. 2024)
     final_norm: bool = True
     qk_norm: bool = False
     attn_gate: bool = False  # sigmoid gate on the attention output (q_proj doubled)
@@ -112,9 +115,11 @@ class ModelConfig:
     def out_proj_std(self) -> float:
         """Init std of the projections that write into the stream (o_proj, down_proj):
         init_std * init_gain / sqrt(2L) with `scaled_init` (GPT-2, Radford et al. 2019),
-        so the sum of 2L writes keeps the scale of one; else init_std * init_gain."""
+        so the sum of 2L writes keeps the scale of one; else init_std * init_gain.
+        residual=deepnorm brings its own depth rule (beta, `Residual.init_scale`) instead."""
         std = self.init_std * self.init_gain
-        return std / math.sqrt(self.n_writes) if self.scaled_init else std
+        depth_rule = self.scaled_init and self.residual != "deepnorm"
+        return std / math.sqrt(self.n_writes) if depth_rule else std
 
 
 @dataclass(frozen=True)
@@ -303,6 +308,7 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     _one_of("model.norm", m.norm, NORMS)
     _one_of("model.placement", m.placement, PLACEMENTS)
     _one_of("model.residual", m.residual, RESIDUALS)
+    _one_of("model.norm_scale", m.norm_scale, NORM_SCALES)
     _one_of("model.ffn", m.ffn, FFNS)
     _one_of("model.position", m.position, POSITIONS)
     for name in ("vocab_size", "context_len", "d_model", "n_heads"):
@@ -348,7 +354,19 @@ def validate_model(m: ModelConfig) -> ModelConfig:
                     f"model.{switch}=true needs a norm but model.norm='none'; "
                     f"set model.{switch}=false or choose model.norm from: {', '.join(NORMS[1:])}"
                 )
+    _check_frontier(m)
     return m
+
+
+def _check_frontier(m: ModelConfig) -> None:
+    """Combinations the residual-frontier switches cannot make (their papers' setting)."""
+    if m.residual == "deepnorm" and m.placement != "post":
+        raise ConfigError(f"model.residual='deepnorm' is Post-LN, LN(alpha*x + F(x)); "
+                          f"model.placement={m.placement!r} is not allowed, set model.placement=post")
+    if m.norm_scale == "depth" and (m.norm == "none" or m.placement not in ("pre", "sandwich")):
+        raise ConfigError(f"model.norm_scale='depth' scales the pre-norms inside each block; it needs "
+                          f"model.placement pre or sandwich and a model.norm, got "
+                          f"placement={m.placement!r}, norm={m.norm!r}")
 
 
 def validate(cfg: Config) -> Config:

@@ -21,17 +21,25 @@ def tiny(**changes) -> ModelConfig:
 
 
 def valid_combinations():
+    """Every norm x placement x FFN x residual x QK-norm x gate; value_residual and
+    norm_scale ride along (qk xor gate; depth with swiglu), so each (norm, placement,
+    residual) meets both values of each without multiplying the count by four."""
     for norm, placement, ffn, residual, qk, gate in itertools.product(
         NORMS, PLACEMENTS, ("relu", "gelu", "swiglu"), RESIDUALS, (False, True), (False, True)
     ):
         if norm == "none" and (placement != "pre" or qk):
             continue
+        if residual == "deepnorm" and placement != "post":
+            continue
+        depth_ok = norm != "none" and placement in ("pre", "sandwich") and ffn == "swiglu"
         yield tiny(norm=norm, placement=placement, ffn=ffn, residual=residual, qk_norm=qk,
-                   attn_gate=gate, final_norm=norm != "none", n_kv_heads=2)
+                   attn_gate=gate, final_norm=norm != "none", n_kv_heads=2,
+                   value_residual=qk != gate, norm_scale="depth" if depth_ok else "none")
 
 
 @pytest.mark.parametrize("cfg", list(valid_combinations()), ids=lambda c: (
-    f"{c.norm}-{c.placement}-{c.ffn}-{c.residual}-qk{int(c.qk_norm)}-gate{int(c.attn_gate)}"))
+    f"{c.norm}-{c.placement}-{c.ffn}-{c.residual}-qk{int(c.qk_norm)}-gate{int(c.attn_gate)}"
+    f"-vr{int(c.value_residual)}-{c.norm_scale}"))
 def test_every_switch_combination_runs_forward_and_backward(cfg):
     torch.manual_seed(0)
     model = Transformer(cfg)
@@ -139,7 +147,8 @@ def test_scaled_residual_divides_writes_by_sqrt_2L():
 
 
 def norm_params(kind: str, dim: int) -> int:
-    return {"none": 0, "layernorm": 2 * dim, "rmsnorm": dim, "rmsnorm_zero_centered": dim}[kind]
+    return {"none": 0, "layernorm": 2 * dim, "rmsnorm": dim, "rmsnorm_zero_centered": dim,
+            "dyt": 2 * dim + 1}[kind]
 
 
 def closed_form_params(m: ModelConfig) -> int:

@@ -35,8 +35,6 @@ def _no_action(parser: argparse.ArgumentParser) -> int:
 
 
 def describe(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from depthlab.errors import UserError
     from depthlab.model.summary import summarize
 
@@ -57,14 +55,20 @@ def describe(args: argparse.Namespace) -> int:
                     "shapes": [{"stage": n, "shape": list(sh)} for n, sh in s.shapes],
                     "check": check})
         return 0
-    from depthlab.model.summary import build_meta
+    import torch
+
+    from depthlab.model.transformer import Block
 
     print(f"{m.n_layers} blocks x 2 sublayers = {m.n_writes} writes into the residual stream")
     print(f"norm={m.norm} placement={m.placement} residual={m.residual} ffn={m.ffn} "
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
-          f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm}")
-    print("\nOne block:")
-    block_lines = str(build_meta(replace(m, n_layers=1)).blocks[0]).splitlines()
+          f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm} "
+          f"norm_scale={m.norm_scale} value_residual={m.value_residual}")
+    shown = min(m.n_layers, 2) - 1  # block 1 stands for 1..L-1 (block 0 has no value mix)
+    print(f"\nOne block (block {shown}):")
+    with torch.device("meta"):  # built alone from the whole config: constants that
+        block = Block(m, shown)  # depend on L (scaled, deepnorm) are those of the run
+    block_lines = str(block).splitlines()
     print("\n".join("  " + line for line in block_lines if "HookPoint()" not in line))
     print("\nParameters:")
     for comp, n in s.params_by_component.items():

@@ -216,6 +216,8 @@ _EXPORTABLE = (
     ("ffn_clamp", None, "Llama and Qwen do not clamp the SwiGLU inputs"),
     ("position", "rope", "Llama and Qwen use RoPE"),
     ("final_norm", True, "Llama and Qwen normalise before the LM head"),
+    ("norm_scale", "none", "Llama and Qwen do not scale the norms by depth"),
+    ("value_residual", False, "Llama and Qwen attend over each layer's own values"),
 )
 
 

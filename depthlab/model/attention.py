@@ -98,8 +98,38 @@ def causal_mask(n_new: int, n_past: int, device: torch.device) -> torch.Tensor:
     return torch.ones(n_new, n_past + n_new, dtype=torch.bool, device=device).tril(n_past)
 
 
+class ValueResidual(nn.Module):
+    """v_l <- lambda1 * v_l + lambda2 * v_1: this layer's values mixed with layer 0's.
+
+    ResFormer, Zhou et al. 2024, "Value Residual Learning For Alleviating Attention
+    Concentration In Transformers" (arXiv:2410.17897), the ResFormer update: U_n =
+    A_n (lambda1 V_n + lambda2 V_1) for every layer n >= 2, so each later layer still
+    attends over the first layer's token values. We take the learnable two-scalar form
+    of modded-nanogpt (Keller Jordan et al., records from Nov 2024: `v = lambdas[0] * v
+    + lambdas[1] * v1`, lambdas = [0.5, 0.5]): both start at 0.5, the paper's default
+    lambda1 = lambda2 = 0.5, a real mix from the first step. Layer 0 has no mix: its V
+    is V_1. With lambda1 = 1, lambda2 = 0 the layer computes what the baseline does.
+    """
+
+    LAMBDA_INIT = (0.5, 0.5)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lambdas = nn.Parameter(torch.tensor(self.LAMBDA_INIT))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.lambdas.copy_(torch.tensor(self.LAMBDA_INIT))
+
+    def forward(self, v: torch.Tensor, v_first: torch.Tensor) -> torch.Tensor:
+        return self.lambdas[0] * v + self.lambdas[1] * v_first
+
+    def extra_repr(self) -> str:
+        return f"lambda_init={self.LAMBDA_INIT}"
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_size = cfg.n_heads, cfg.kv_heads, cfg.head_size
         self.use_rope = cfg.position == "rope"
@@ -120,6 +150,11 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # softmax weights [B, H, T, S+T]
         self.hook_z = HookPoint()  # heads' output, concatenated, before o_proj [B, T, H*E]
         self.need_weights = False  # set by callers that want the explicit path
+        # ResFormer: layer 0 hands its V on; every later layer mixes it into its own.
+        self.hands_on_v = cfg.value_residual and layer == 0
+        self.value_residual = ValueResidual() if cfg.value_residual and layer > 0 else None
+        if self.value_residual is not None:
+            self.hook_v_first = HookPoint()  # layer 0's V [B, K, T, E] as this layer mixes it
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q_proj(x), k_proj(x), v_proj(x). While training, as one matmul against the
@@ -134,9 +169,15 @@ class Attention(nn.Module):
         return F.linear(x, weight, bias).split(self.widths, dim=-1)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
-                cache: LayerCache | None = None) -> torch.Tensor:
-        """x [B, T, D] -> [B, T, D]. `rope` holds cos, sin at the T tokens' positions
-        ([T, E], or [B, 1, T, E] when each row has its own); `cache` the earlier tokens."""
+                cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [B, T, D] -> ([B, T, D], v_first). `rope` holds cos, sin at the T tokens'
+        positions ([T, E], or [B, 1, T, E] when each row has its own); `cache` the earlier
+        tokens. v_first: with value_residual, layer 0's V of these T tokens [B, K, T, E],
+        returned by layer 0 and passed to every later one (None otherwise). Only the new
+        tokens need it: the mix happens before the cache, so the cache of a later layer
+        holds mixed values, and the first layer's V of the new tokens is the one layer 0
+        just computed (and wrote to its own cache)."""
         B, T, _ = x.shape
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         q, k, v = self.project_qkv(x)
@@ -151,6 +192,8 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, E]
+        if self.value_residual is not None:
+            v = self.value_residual(v, self.hook_v_first(v_first))
         if self.use_rope and rope is not None:
             cos, sin = rope
             if T == 1:  # a decode step is bound by the number of ops: rotate q, k as one
@@ -160,6 +203,8 @@ class Attention(nn.Module):
                 # with backward, beats rotating q and k as one concatenated tensor)
                 q, k = apply_rope(q.contiguous(), cos, sin), apply_rope(k.contiguous(), cos, sin)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        if self.hands_on_v:
+            v_first = v
         past = 0
         if cache is not None:
             past = cache.start
@@ -182,4 +227,4 @@ class Attention(nn.Module):
         out = self.hook_z(out.transpose(1, 2).reshape(B, T, H * E))
         if gate is not None:
             out = out * torch.sigmoid(gate)  # Qiu et al. 2025: lets a head write ~nothing
-        return self.o_proj(out)
+        return self.o_proj(out), v_first

@@ -1,9 +1,10 @@
-"""The norm registry: none | layernorm | rmsnorm | rmsnorm_zero_centered.
+"""The norm registry: none | layernorm | rmsnorm | rmsnorm_zero_centered | dyt.
 
 Written out rather than taken from torch.nn because the formulas are the lesson:
 LayerNorm centres and scales (gamma, beta); RMSNorm only scales (gamma); the
 zero-centred RMSNorm multiplies by (1 + w) with w starting at 0, so weight decay
-pulls it toward the identity scale instead of toward zero.
+pulls it toward the identity scale instead of toward zero. DyT is the entry that is
+not a normalization at all: an elementwise tanh in a norm's place.
 
 Each norm's `reference` method is that formula, step by step. `forward` computes
 the same function with PyTorch's kernels (`F.layer_norm`: one pass instead of five
@@ -102,10 +103,48 @@ class ZeroCenteredRMSNorm(RMSNorm):
         return 1.0 + self.weight
 
 
+class DyT(nn.Module):
+    """Dynamic Tanh: y = gamma * tanh(alpha * x) + beta, in place of a norm.
+
+    Zhu, Chen, He, LeCun, Liu 2025, "Transformers without Normalization" (CVPR 2025,
+    arXiv:2503.10622): DyT(x) = gamma * tanh(alpha * x) + beta, with alpha one learnable
+    scalar (init alpha_0 = 0.5, the paper's default and the reference code's
+    `alpha_init_value`; for its LLaMA runs the paper tunes alpha_0 by model width, which
+    this switch does not), gamma a per-channel vector of ones and beta one of zeros
+    (facebookresearch/DynamicTanh). No statistics
+    are computed: tanh squashes the few large activations the way LayerNorm's
+    S-shaped input-output map does, so there is no eps (the argument is accepted only
+    so every norm is built alike) and no fused kernel: `forward` is the formula.
+    """
+
+    ALPHA_INIT = 0.5
+
+    def __init__(self, dim: int, eps: float | None = None) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((), self.ALPHA_INIT))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.constant_(self.alpha, self.ALPHA_INIT)
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * torch.tanh(self.alpha * x) + self.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.reference(x)
+
+    def extra_repr(self) -> str:
+        return f"alpha_init={self.ALPHA_INIT}"
+
+
 NORM_CLASSES: dict[str, type[nn.Module]] = {
     "layernorm": LayerNorm,
     "rmsnorm": RMSNorm,
     "rmsnorm_zero_centered": ZeroCenteredRMSNorm,
+    "dyt": DyT,
 }
 
 

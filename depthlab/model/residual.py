@@ -18,9 +18,13 @@ Entries:
   scaled  x <- x + F(x) / sqrt(2L)        each of the 2L writes scaled at run time
   rezero  x <- x + a * F(x), a = 0 at init, learned per write (Bachlechner et al. 2020,
           "ReZero is All You Need", eq. 3): every block is the identity at init
+  deepnorm x <- LN(alpha * x + F(x)), alpha = (2N)^(1/4), with v/o/FFN init times
+          beta = (8N)^(-1/4) (Wang et al. 2022, DeepNet); needs placement=post
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -47,6 +51,11 @@ class Residual(nn.Module):
 
     def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
         return stream + write
+
+    def init_scale(self, param_name: str) -> float:
+        """Factor on the init std of the linear `param_name` (`init_weights` asks): 1, or
+        a design's own init rule (deepnorm's beta)."""
+        return 1.0
 
 
 class NoResidual(Residual):
@@ -89,11 +98,51 @@ class ReZeroResidual(Residual):
         return self.alpha * h
 
 
+class DeepNormResidual(Residual):
+    """x <- LN(alpha * x + F(x)): Post-LN with the stream up-weighted, and a smaller init.
+
+    Wang, Ma, Dong, Huang, Zhang, Wei 2022, "DeepNet: Scaling Transformers to 1,000
+    Layers" (arXiv:2203.00555), eq. in section 2 (DeepNorm): x_{l+1} = LN(alpha x_l +
+    G_l(x_l, theta_l)); its pseudocode (Figure 2) and Table 1 give, for a decoder-only
+    model of N layers,
+        alpha = (2N)^(1/4),   beta = (8N)^(-1/4),
+    beta being the gain of the init of the value and output projections of attention
+    and of the FFN matrices (q and k keep gain 1), as microsoft/torchscale applies it
+    (`deepnorm`: those weights divided by (8N)^(1/4) after init). The paper starts from
+    xavier_normal; here every linear keeps its normal(0, init_std * init_gain) and
+    these ones are multiplied by beta (the GPT-2 1/sqrt(2L) rule of `scaled_init` is
+    not applied on top: DeepNet's beta is its depth rule, `ModelConfig.out_proj_std`).
+    The LN is the block's post-norm slot (placement=post); alpha and beta bound the
+    model update, which is what lets the paper train Post-LN at depth.
+    """
+
+    BETA_PROJECTIONS = ("v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def __init__(self, n_layers: int) -> None:
+        super().__init__()
+        self.alpha, self.beta = deepnorm_constants(n_layers)
+
+    def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
+        return stream * self.alpha + write
+
+    def init_scale(self, param_name: str) -> float:
+        return self.beta if param_name.endswith(self.BETA_PROJECTIONS) else 1.0
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha:.6g}, beta={self.beta:.6g}"
+
+
+def deepnorm_constants(n_layers: int) -> tuple[float, float]:
+    """DeepNet's decoder-only (alpha, beta) for N layers: ((2N)^(1/4), (8N)^(-1/4))."""
+    return math.pow(2 * n_layers, 0.25), math.pow(8 * n_layers, -0.25)
+
+
 RESIDUAL_BUILDERS = {
     "none": lambda cfg: NoResidual(),
     "plain": lambda cfg: Residual(),
     "scaled": lambda cfg: ScaledResidual(cfg.write_scale),
     "rezero": lambda cfg: ReZeroResidual(),
+    "deepnorm": lambda cfg: DeepNormResidual(cfg.n_layers),
 }
 
 

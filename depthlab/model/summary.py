@@ -45,15 +45,18 @@ def build_meta(cfg: ModelConfig) -> Transformer:
 
 
 def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
-    """Every block has the same parameters and shapes, so one block is built and traced
-    and stands for all of them: a 1,024-block stack is described as fast as a 1-block one."""
-    model = build_meta(replace(cfg, n_layers=1))
+    """Blocks 1..L-1 have the same parameters and shapes, so two blocks are built and
+    traced and stand for all of them: a 1,024-block stack is described as fast as a
+    2-block one. Block 0 is counted apart (with value_residual it has no mix of its own)."""
+    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 2)))
     by_component: dict[str, int] = {}
     for name, p in model.named_parameters():
         key = component_of(name)
-        copies = cfg.n_layers if name.startswith("blocks.") else 1
+        copies = 1
+        if name.startswith("blocks.") and not name.startswith("blocks.0."):
+            copies = cfg.n_layers - 1
         by_component[key] = by_component.get(key, 0) + p.numel() * copies
-    per_block = sum(p.numel() for p in model.blocks[0].parameters())
+    per_block = sum(p.numel() for p in model.blocks[-1].parameters())
 
     block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
                     "hook_resid_post"]

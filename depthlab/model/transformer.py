@@ -7,6 +7,7 @@ x is [B, T, D] from the embedding to the final norm; each block reads it twice
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -15,7 +16,13 @@ from torch import nn
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.hooks import HookedModule, HookPoint
-from depthlab.model.attention import Attention, KVCache, LayerCache, rope_cos_sin
+from depthlab.model.attention import (
+    Attention,
+    KVCache,
+    LayerCache,
+    ValueResidual,
+    rope_cos_sin,
+)
 from depthlab.model.ffn import make_ffn
 from depthlab.model.norms import NORM_CLASSES, make_norm
 from depthlab.model.residual import RESIDUAL_PARAMETERS, make_residual
@@ -33,16 +40,24 @@ NORM_SLOTS = {
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
+        """layer: 0-based position in the stack (LayerNorm Scaling and the value
+        residual depend on it)."""
         super().__init__()
         slots = NORM_SLOTS[cfg.placement]
+        # norm_scale=depth: the pre-norm outputs of block l (1-based) times 1/sqrt(l).
+        # Sun et al. 2025, "The Curse of Depth in Large Language Models" (arXiv:2502.05795),
+        # LayerNorm Scaling: h = LN(x) / sqrt(l) for the norms before attention and FFN,
+        # so the variance of the Pre-LN stream grows polynomially, not exponentially,
+        # with depth; the final norm and QK-norm are left alone (lmsdss/LayerNorm-Scaling).
+        self.in_norm_scale = 1.0 / math.sqrt(layer + 1) if cfg.norm_scale == "depth" else 1.0
 
         def slot(name: str) -> nn.Module | None:
             return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if name in slots else None
 
         self.attn_norm_in, self.attn_norm_out, self.attn_norm_post = (
             slot("in"), slot("out"), slot("post"))
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, layer)
         self.mlp_norm_in, self.mlp_norm_out, self.mlp_norm_post = (
             slot("in"), slot("out"), slot("post"))
         self.mlp = make_ffn(cfg)
@@ -53,13 +68,15 @@ class Block(nn.Module):
             setattr(self, f"hook_{name}", HookPoint())
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
-                cache: LayerCache | None = None) -> torch.Tensor:
+                cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The new stream, and layer 0's V for the value residual (see Attention)."""
         x = self.hook_resid_pre(x)
 
         # Attention sublayer: read the stream, transform, write back.
         h = self.attn_residual.read(x)
-        h = self.hook_attn_in(self.attn_norm_in(h) if self.attn_norm_in else h)
-        h = self.attn(h, rope, cache)
+        h = self.hook_attn_in(self.norm_in(self.attn_norm_in, h))
+        h, v_first = self.attn(h, rope, cache, v_first)
         h = self.hook_attn_out(self.attn_norm_out(h) if self.attn_norm_out else h)
         write = self.hook_attn_write(self.attn_residual.scale(h))
         x = self.attn_residual(x, write)  # x + write, or the variant chosen by model.residual
@@ -68,13 +85,23 @@ class Block(nn.Module):
 
         # FFN sublayer: the same three slots and the same add.
         h = self.mlp_residual.read(x)
-        h = self.hook_mlp_in(self.mlp_norm_in(h) if self.mlp_norm_in else h)
+        h = self.hook_mlp_in(self.norm_in(self.mlp_norm_in, h))
         h = self.mlp(h)
         h = self.hook_mlp_out(self.mlp_norm_out(h) if self.mlp_norm_out else h)
         write = self.hook_mlp_write(self.mlp_residual.scale(h))
         x = self.mlp_residual(x, write)
         x = self.mlp_norm_post(x) if self.mlp_norm_post else x
-        return self.hook_resid_post(x)
+        return self.hook_resid_post(x), v_first
+
+    def norm_in(self, norm: nn.Module | None, h: torch.Tensor) -> torch.Tensor:
+        """The input-norm slot: Norm(h), times 1/sqrt(l) with norm_scale=depth."""
+        if norm is None:
+            return h
+        h = norm(h)
+        return h if self.in_norm_scale == 1.0 else h * self.in_norm_scale
+
+    def extra_repr(self) -> str:
+        return "" if self.in_norm_scale == 1.0 else f"in_norm_scale={self.in_norm_scale:.6g}"
 
 
 class Transformer(HookedModule):
@@ -86,7 +113,7 @@ class Transformer(HookedModule):
             nn.Embedding(cfg.context_len, cfg.d_model) if cfg.position == "learned" else None
         )
         self.hook_embed = HookPoint()
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm else None
         self.hook_final = HookPoint()
         self._rope_tables: dict = {}
@@ -160,8 +187,9 @@ class Transformer(HookedModule):
         n_tokens = x.shape[1]
         rope = self.rope(n_tokens, x, start, positions)
         x = self.blocks[0].attn_residual.open(x)  # one stream, or the residual's own layout
+        v_first = None  # value_residual: layer 0's V, passed on to every later block
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, None if cache is None else cache.layer(i))
+            x, v_first = block(x, rope, None if cache is None else cache.layer(i), v_first)
         if cache is not None:
             cache.length += n_tokens
         return self.unembed(self.blocks[-1].mlp_residual.close(x))
@@ -175,15 +203,18 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
 
     Linears and embeddings ~ normal(0, init_std * gain); the projections that write
     into the residual stream get `ModelConfig.out_proj_std` (with `scaled_init`,
-    init_std * gain / sqrt(2L): GPT-2, Radford et al. 2019). Biases start at 0; norms
-    and residuals with parameters start at their own identity values.
+    init_std * gain / sqrt(2L): GPT-2, Radford et al. 2019), each times the residual's
+    `init_scale` for it (deepnorm's beta). Biases start at 0; norms and residuals with
+    parameters start at their own identity values, value-residual lambdas at theirs.
     """
     cfg = model.cfg if gain is None else replace(model.cfg, init_gain=gain)
     std, out_std = cfg.init_std * cfg.init_gain, cfg.out_proj_std
-    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS)
+    residual = model.blocks[0].attn_residual
+    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, ValueResidual)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, 0.0, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)
+            base = out_std if name.endswith(OUTPUT_PROJECTIONS) else std
+            nn.init.normal_(module.weight, 0.0, base * residual.init_scale(name))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):

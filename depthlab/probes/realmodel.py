@@ -58,8 +58,8 @@ def lens_logits(model: Any, x: torch.Tensor, cached_from: torch.Tensor | None = 
     the cached-scale shortcut, wrong for every state but the last."""
     logits = model.unembed(x)
     norm = model.final_norm
-    if cached_from is None or norm is None:
-        return logits
+    if cached_from is None or norm is None or not hasattr(norm, "eps"):
+        return logits  # no norm, or DyT: no per-position scale that could be cached
     normed = norm(x)
     bias = norm.bias if hasattr(norm, "bias") else 0.0
     cached = (normed - bias) * (_norm_scale(norm, cached_from) / _norm_scale(norm, x)) + bias
