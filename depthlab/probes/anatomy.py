@@ -127,7 +127,39 @@ class Anatomy:
                 "init_std": self.init_std, "residual_init_std": self.residual_init_std,
                 "share_definition": self.share_definition, "text_ffn_share": self.text_ffn_share,
                 "text_share_definition": self.text_share_definition,
-                "layer_kinds": dict(self.layer_kinds)}
+                "layer_kinds": dict(self.layer_kinds), "stages": stages(self)}
+
+
+def stages(a: Anatomy) -> list[dict]:
+    """The data flow in forward order, each stage with its shape and the parameters of the
+    component that produces it (per layer and over the layers it runs in; a residual add
+    has none); the final norm counts all its weights (LayerNorm: weight and bias), and the
+    logits stage says whether the LM head is the embedding, tied."""
+    m, by, per = a.model, a.params_by_component, a.params_per_layer
+    layers = {FULL: m.n_layers, LINEAR: 0, **dict(a.layer_kinds)}
+    out = [{"key": "tokens", "shape": [a.tokens], "params": 0, "params_per_layer": None, "tied": False}]
+    for key, shape in a.shapes:
+        if key == "logits":
+            if m.final_norm:
+                final = by.get("norm", 0) - m.n_layers * per.get("norm", 0)
+                out.append({"key": "final norm", "shape": [a.tokens, m.d_model], "params": final,
+                            "params_per_layer": None, "tied": False})
+            head = by.get("lm_head", 0)
+            out.append({"key": key, "shape": list(shape), "params": head, "params_per_layer": None,
+                        "tied": head == 0})
+            continue
+        if key == "embedding":
+            out.append({"key": key, "shape": list(shape), "params": by["embedding"],
+                        "params_per_layer": None, "tied": False})
+            continue
+        group = "ffn" if key.startswith("ffn") else "linear_attention" if key.startswith("linear") else "attention"
+        n = layers[LINEAR] if group == "linear_attention" else m.n_layers if group == "ffn" else layers[FULL]
+        out.append({"key": key, "shape": list(shape), "params": per[group] * n,
+                    "params_per_layer": per[group], "tied": False})
+        if key in ("attention write", "ffn write"):
+            out.append({"key": "add", "shape": [a.tokens, m.d_model], "params": 0,
+                        "params_per_layer": 0, "tied": False})
+    return out
 
 
 @lru_cache(maxsize=128)

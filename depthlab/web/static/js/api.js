@@ -76,6 +76,7 @@
     return {
       kind: "live",
       meta: () => get("api/meta"),
+      locale: (lang) => get("api/locale/" + encodeURIComponent(lang)),
       snap: (st) => st,
       simulate: (req) => post("api/simulate", req),
       sweep: (req) => post("api/sweep", req),
@@ -109,6 +110,7 @@
     return {
       kind: "static",
       meta: () => Promise.resolve(data.meta),
+      locale: (lang) => need((data.locales || {})[lang], "the " + lang + " text"),
       // The embedded grid holds only some N and g: move the state onto it.
       snap: (st) => Object.assign({}, st, { n: nearest(grid.n, st.n), g: nearest(grid.g, st.g) }),
       simulate(req) {
@@ -141,8 +143,9 @@
     };
   }
 
-  // The same exact arithmetic as depthlab/web/compute.py, for the static copy only
-  // (a typed vector cannot be precomputed). tests/test_page_export.py compares them.
+  // The same exact arithmetic as depthlab/web/compute.py, for the static copy only (a
+  // typed vector or any real a cannot be precomputed). tests/test_page_arith_parity.py
+  // runs both on the same grid in Chromium.
   DL.arith = {
     paths(n, a) {
       const groups = [];
