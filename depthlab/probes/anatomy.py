@@ -152,8 +152,9 @@ def stages(a: Anatomy) -> list[dict]:
             out.append({"key": key, "shape": list(shape), "params": by["embedding"],
                         "params_per_layer": None, "tied": False})
             continue
-        group = "ffn" if key.startswith("ffn") else "linear_attention" if key.startswith("linear") else "attention"
-        n = layers[LINEAR] if group == "linear_attention" else m.n_layers if group == "ffn" else layers[FULL]
+        group, n = (("ffn", m.n_layers) if key.startswith("ffn") else
+                    ("linear_attention", layers[LINEAR]) if key.startswith("linear") else
+                    ("attention", layers[FULL]))
         out.append({"key": key, "shape": list(shape), "params": per[group] * n,
                     "params_per_layer": per[group], "tied": False})
         if key in ("attention write", "ffn write"):

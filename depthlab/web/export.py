@@ -2,10 +2,11 @@
 
 The page's own scripts and styles are inlined, and its data are embedded as JSON:
 the simulator precomputed on a grid of slider positions (GRIDS), the sweeps over g,
-the anatomy, evolution table, growth, block diagrams, both languages' text tables
-(depthlab.locales) and every experiment's export.json, and the real-model probes of the shipped prompts on one run
+the anatomy, evolution table, growth, block diagrams and every experiment's
+export.json, and the real-model probes of the shipped prompts on one run
 (depthlab.web.realmodel.static_results). The same JavaScript reads that data instead of calling the API
-(static/js/api.js, `embedded`). Values are rounded to 4 significant digits.
+(static/js/api.js, `embedded`), with both languages' text tables (depthlab.locales).
+Values are rounded to 4 significant digits.
 """
 
 from __future__ import annotations
