@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from depthlab.config import PLACEMENTS
 from depthlab.locales import LANGS, table
+from depthlab.presets import PRESETS
 from depthlab.probes.anatomy import anatomy_of, anatomy_of_preset
 from depthlab.web.app import create_app
 from depthlab.web.schemas import PathsRequest
@@ -70,26 +71,36 @@ def _stage(a, key):
 
 def test_final_norm_counts_all_its_weights():
     # GPT-2: LayerNorm with weight and bias over d = 768; the course model: RMSNorm, weight only
-    assert _stage(anatomy_of("gpt2"), "final norm")["params"] == 1536
-    assert _stage(anatomy_of_preset("course"), "final norm")["params"] == 128
-    assert _stage(anatomy_of("gpt2"), "logits")["tied"] is True
+    assert _stage(anatomy_of("gpt2"), "final_norm")["params"] == 1536
+    assert _stage(anatomy_of_preset("course"), "final_norm")["params"] == 128
+    assert _stage(anatomy_of("gpt2"), "lm_head")["tied"] is True
+    assert _stage(anatomy_of("gpt2"), "lm_head")["params"] == 0
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-2-7b", "deepseek-llm-67b"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-2-7b", "deepseek-llm-67b", "qwen3-14b"])
 def test_stages_add_up_to_the_model(name):
-    """Each component counted once (embedding, one attention and one FFN stage over all
-    layers, final norm, LM head) plus the in-block norms gives the model's total."""
-    a = anatomy_of(name)
-    j = a.to_json()
+    """Every parameter is in exactly one stage: the stages' counts add up to the total,
+    each block stage is its layers' copies of one, and the order is the forward pass."""
+    j = anatomy_of(name).to_json()
     stages = j["stages"]
-    assert [s["key"] for s in stages][:2] == ["tokens", "embedding"] and stages[-1]["key"] == "logits"
-    once = {s["key"]: s for s in stages}
-    block_norms = a.model.n_layers * j["params_per_layer"]["norm"]
-    total = (once["embedding"]["params"] + once["attention write"]["params"] + once["ffn write"]["params"]
-             + once["final norm"]["params"] + once["logits"]["params"] + block_norms)
-    assert total == j["total_params"]
-    assert once["ffn write"]["params"] == a.model.n_layers * once["ffn write"]["params_per_layer"]
-    assert [s["params"] for s in stages if s["key"] == "add"] == [0, 0]
+    assert sum(s["params"] for s in stages) == j["total_params"]
+    keys = [s["key"] for s in stages]
+    assert keys[:2] == ["embedding", "positions"] and keys[-2:] == ["final_norm", "lm_head"]
+    assert keys.index("attn_norm") < keys.index("attention") < keys.index("ffn")  # pre-norm
+    for s in stages:
+        if s["layers"] is not None:
+            assert s["params"] == s["layers"] * s["params_per_layer"]
+    assert _stage(anatomy_of(name), "attn_residual")["params"] == 0  # the add holds no weights
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_stages_follow_the_placement(preset):
+    """Post-Norm puts the norm after the add; every preset's stages add up too."""
+    a = anatomy_of_preset(preset)
+    keys = [s["key"] for s in a.to_json()["stages"]]
+    assert sum(s["params"] for s in a.to_json()["stages"]) == a.total_params
+    if a.model.placement == "post":
+        assert keys.index("attn_residual") < keys.index("attn_norm")
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +126,10 @@ def _open(browser, url):
 def test_page_shows_the_anatomy_stages_and_meta_lists(empty_page, browser, client):
     page = _open(browser, empty_page + "#lang=zh&flow=gpt2&pn=999&pa=-50")
     stages = client.get("/api/anatomy/gpt2").json()["stages"]
-    i = next(i for i, s in enumerate(stages) if s["key"] == "final norm")
-    page.click(f'#flow-stages .stage[data-stage="final norm:{i}"]')
+    i = next(i for i, s in enumerate(stages) if s["key"] == "final_norm")
+    page.click(f'#flow-stages .stage[data-stage="final_norm:{i + 1}"]')
     page.wait_for_function("() => document.querySelector('#flow-stages .stage.on .stage-name')"
-                           f".textContent === {table('zh')['flow.stage.final norm']!r}")
+                           f".textContent === {table('zh')['flow.stage.final_norm']!r}")
     assert page.inner_text("#flow-params") == f"{stages[i]['params']:,}"
     # the placements are /api/meta's; the formula's inputs are clamped to its bounds
     assert page.eval_on_selector_all("#b-placement option", "os => os.map(o => o.value)") == ["", *PLACEMENTS]

@@ -34,13 +34,13 @@
   // A stage's name is its key in the text table (flow.stage.KEY); a stage no table names
   // (a hybrid's linear attention) shows its key as the anatomy wrote it.
   const stageName = (key) => (DL.hasKey("flow.stage." + key) ? DL.t("flow.stage." + key) : key);
-  const inBlock = (st) => st.params_per_layer != null;
+  const inBlock = (st) => st.layers != null;
 
   // A model in one line, from its config (the same in both languages, nothing cut short).
   function describeModel(a) {
     const m = a.model;
     const preset = a.source.startsWith("preset ");
-    const hidden = (a.stages.find((x) => x.key === "ffn hidden") || { shape: [0, m.d_ff] }).shape[1];
+    const hidden = (a.shapes.find((x) => x.stage === "ffn hidden") || { shape: [0, m.d_ff] }).shape[1];
     return DL.t(preset ? "flow.src.preset" : "flow.src.config", { name: a.name }) + DL.t("b.d.colon") +
       DL.t("flow.src.facts", { L: m.n_layers, d: int(m.d_model), h: m.n_heads, kv: m.n_kv_heads || m.n_heads,
                                norm: m.norm, place: m.placement, ffn: m.ffn, pos: m.position, ff: int(hidden) });
@@ -55,13 +55,15 @@
       const el = $("flow-detail");
       el.textContent = "";
       const a = anatomy;
-      // the anatomy's numbers as it gives them: per layer, and over the layers it runs in
+      // the anatomy's numbers as it gives them: per layer, the blocks holding it, in all
       let params = int(st.params);
-      if (st.params_per_layer) params = int(st.params_per_layer) + DL.t("flow.perlayer") + " · " + DL.t("flow.total") + " " + int(st.params);
+      if (st.layers != null) params = int(st.params_per_layer) + " × " + st.layers + " " + DL.t("flow.blocks") + " = " + int(st.params);
       if (st.tied) params = DL.t("flow.tied");
+      const inner = (st.inner || []).map((x) => stageName(x.stage) + " " + shape(x.shape)).join(" · ");
       el.append(
         h("div", { class: "kv" }, h("b", {}, stageName(st.key)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
           " (T = " + a.tokens + ")"),
+        inner ? h("div", { class: "kv small" }, inner) : "",
         h("div", { class: "kv" }, DL.t("flow.params") + ": ", h("span", { id: "flow-params" }, params)),
         h("div", { class: "kv muted" }, DL.t("flow.total") + " " + int(a.total_params) + " · FFN " +
           fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes + " " + DL.t("flow.writes")),
@@ -72,7 +74,7 @@
       const box = $("flow-stages");
       box.textContent = "";
       if (!anatomy) return;
-      const stages = anatomy.stages;
+      const stages = [{ key: "tokens", shape: [anatomy.tokens], params: 0 }, ...anatomy.stages];
       let block = null;
       stages.forEach((st, i) => {
         const btn = h("button", { type: "button", class: "stage" + (inBlock(st) ? " in-block" : ""),
