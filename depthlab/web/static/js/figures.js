@@ -32,7 +32,7 @@
 
   // ---- 2. the cumulative data flow ----------------------------------------------------
   // A stage's name is its key in the text table (flow.stage.KEY); a stage no table names
-  // (a hybrid's linear attention) shows its key as the anatomy wrote it.
+  // shows its key as the anatomy wrote it.
   const stageName = (key) => (DL.hasKey("flow.stage." + key) ? DL.t("flow.stage." + key) : key);
   const inBlock = (st) => st.layers != null;
 
