@@ -102,6 +102,8 @@ def test_static_export_from_file(tmp_path, browser, runs):
     _set_range(page, "#n", 9)  # not on the grid: snaps to 8
     _wait_readout(page, 8)
     data = page.evaluate("() => JSON.parse(document.getElementById('depthlab-data').textContent)")
+    from depthlab.locales import LANGS, table  # the copy carries every language's whole table
+    assert data["locales"] == {lang: table(lang) for lang in LANGS} and data["meta"]["placements"]
     want = data["improved"]["gradient"]["8|1.00|100"]["ratio"]
     assert float(page.get_attribute("#ro-improved", "data-ratio")) == pytest.approx(want)
     page.click("#mode-collapse")

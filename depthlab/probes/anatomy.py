@@ -127,7 +127,49 @@ class Anatomy:
                 "init_std": self.init_std, "residual_init_std": self.residual_init_std,
                 "share_definition": self.share_definition, "text_ffn_share": self.text_ffn_share,
                 "text_share_definition": self.text_share_definition,
-                "layer_kinds": dict(self.layer_kinds)}
+                "layer_kinds": dict(self.layer_kinds), "stages": stages(self)}
+
+
+def stages(a: Anatomy) -> list[dict]:
+    """The data flow in forward order, for the page: per stage its key (embedding,
+    positions, attn_norm, attention, attn_residual, ffn_norm, ffn, ffn_residual,
+    final_norm, lm_head), output shape for T tokens, the shapes inside it, and the
+    parameters it holds, counted by name on a one-block copy of the model: per layer and
+    over the `layers` blocks inside the stack, once outside it. The final norm counts all
+    its weights (LayerNorm: weight and bias); a tied lm_head holds none of its own. A
+    hybrid is drawn as the model of its full-attention layers."""
+    from depthlab.model.summary import build_meta
+
+    m, T, d = a.model, a.tokens, a.model.d_model
+    parts = {"embed_tokens": "embedding", "pos_embed": "positions", "attn": "attention",
+             "mlp": "ffn", "mlp_residual": "ffn_residual", "mlp_norm": "ffn_norm"}
+    own: dict[str, int] = {}
+    for name, p in build_meta(replace(m, n_layers=1)).named_parameters():
+        part = name.split(".")[2 if name.startswith("blocks.") else 0]  # attn_norm_in -> attn_norm
+        part = part.removesuffix("_in").removesuffix("_out").removesuffix("_post")
+        key = parts.get(part, part)
+        own[key] = own.get(key, 0) + p.numel()
+    named = dict(a.shapes)
+    inner = {"attention": [(st, sh) for st, sh in a.shapes[1:6]],
+             "ffn": [("ffn hidden", named["ffn hidden"])]}
+
+    def stage(key, shape, layers=None):
+        n = own.get(key, 0)
+        return {"key": key, "shape": list(shape), "layers": layers,
+                "params_per_layer": n if layers else None, "params": n * (layers or 1),
+                "tied": key == "lm_head" and m.tie_embeddings,
+                "inner": [{"stage": st, "shape": list(sh)} for st, sh in inner.get(key, [])]}
+
+    out = [stage("embedding", (T, d)),
+           stage("positions", (T, d) if m.position == "learned" else (T, m.head_size // 2))]
+    for prefix, sub in (("attn", "attention"), ("ffn", "ffn")):
+        core = [stage(sub, (T, d), m.n_layers)]
+        norm = [stage(f"{prefix}_norm", (T, d), m.n_layers)] if m.norm != "none" else []
+        res = [stage(f"{prefix}_residual", (T, d), m.n_layers)] if m.residual != "none" else []
+        out += {"post": core + res + norm, "output": core + norm + res}.get(m.placement, norm + core + res)
+    if m.final_norm:
+        out.append(stage("final_norm", (T, d)))
+    return out + [stage("lm_head", (T, m.vocab_size))]
 
 
 @lru_cache(maxsize=128)

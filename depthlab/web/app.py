@@ -25,18 +25,12 @@ from starlette.exceptions import HTTPException
 
 from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
+from depthlab.locales import LANGS, table
 from depthlab.presets import PRESETS
 from depthlab.web import compute, lesson
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
 from depthlab.web.runs import NAME_RE, RunError, Runs
 from depthlab.web.schemas import (
-    BUDGETS,
-    MAX_G,
-    MAX_GROWTH_WRITES,
-    MAX_N,
-    MAX_PATH_N,
-    MAX_VECTOR,
-    MIN_G,
     AnatomyRequest,
     GrowthRequest,
     NormsRequest,
@@ -50,9 +44,6 @@ from depthlab.web.schemas import (
 
 STATIC_DIR = Path(__file__).parent / "static"
 CSP = "default-src 'self'; frame-ancestors 'none'"
-LIMITS = {"n": [1, MAX_N], "g": [MIN_G, MAX_G], "g_step": 0.05, "vector_length": MAX_VECTOR,
-          "paths_n": [1, MAX_PATH_N], "paths_a": [-10.0, 10.0], "growth_writes": [1, MAX_GROWTH_WRITES],
-          "budgets": list(BUDGETS), "background_runs": 1, "max_body_bytes": MAX_BODY}
 TOKEN_SCHEME = {"pageToken": {"type": "apiKey", "in": "header", "name": TOKEN_HEADER,
                               "description": "this server's token, from GET /api/meta (write_token)"}}
 
@@ -60,6 +51,7 @@ TOKEN_SCHEME = {"pageToken": {"type": "apiKey", "in": "header", "name": TOKEN_HE
 # The names a request may use, as enums in the schema (the registry and the shipped configs).
 PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
 Placement = Literal[PLACEMENTS]  # type: ignore[valid-type]
+Lang = Literal[LANGS]  # type: ignore[valid-type]
 ModelName = Literal[tuple(dict.fromkeys(sum(compute.anatomy_names().values(), [])))]  # type: ignore[valid-type]
 
 ExperimentName = Annotated[str, PathParam(pattern=NAME_RE.pattern, examples=["residual"],
@@ -80,9 +72,24 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     import torch
 
     torch.set_num_threads(1)  # one core per request, whatever the client does
-    from depthlab import __version__
-
     runs = Runs(Path(runs_dir))
+    app = _app(runs, warm)
+    _add_middleware(app, allowed_hosts)
+    _add_error_handlers(app)
+    _add_page_routes(app, runs)
+    _add_probe_routes(app)
+    _add_model_routes(app)
+    _add_measurement_routes(app, runs)
+    from depthlab.web import realmodel
+
+    app.include_router(realmodel.router(runs.root, compute._LOCK))
+    return app
+
+
+def _app(runs: Runs, warm: bool) -> FastAPI:
+    """The bare app: its lifespan (settle dead runs, warm the first view, stop the
+    background run) and a schema that documents the 4xx the server adds."""
+    from depthlab import __version__
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -110,7 +117,11 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
         return app.openapi_schema
 
     app.openapi = openapi
+    return app
 
+
+def _add_middleware(app: FastAPI, allowed_hosts: list[str] | None) -> None:
+    """Host check, body limit, the write guard on every POST, and the security headers."""
     if allowed_hosts:
         from starlette.middleware.trustedhost import TrustedHostMiddleware
 
@@ -125,6 +136,10 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
         return response
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every refusal is JSON with a one-line `error` that names the field."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -151,22 +166,33 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     async def run_error(request: Request, exc: RunError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=exc.status)
 
-    # ---- the page ------------------------------------------------------------------------
+
+def _add_page_routes(app: FastAPI, runs: Runs) -> None:
+    """The page itself, its static files, its facts (/api/meta) and its text tables."""
+    from depthlab import __version__
+
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
-    # ---- the API ---------------------------------------------------------------------------
     @app.get("/api/meta", tags=["page"],
-             summary="Version, input bounds, presets, experiments, the token for POSTs")
+             summary="Version, input bounds, placements, presets, experiments, the token for POSTs")
     def meta() -> dict:
         # No CORS header is ever sent, so only a page of this origin can read write_token.
-        return {"version": __version__, "mode": "live", "limits": LIMITS,
-                "presets": lesson.presets(), "experiments": runs.names(),
-                "runs_dir": str(runs.root), "write_token": app.state.write_token,
-                "token_header": TOKEN_HEADER}
+        return {"version": __version__, "mode": "live", **lesson.page_facts(),
+                "experiments": runs.names(), "runs_dir": str(runs.root),
+                "write_token": app.state.write_token, "token_header": TOKEN_HEADER}
+
+    @app.get("/api/locale/{lang}", tags=["page"],
+             summary="Every sentence of the page in one language: key -> template with {name} fields")
+    def locale(lang: Annotated[Lang, PathParam()]) -> dict[str, str]:
+        return table(lang)
+
+
+def _add_probe_routes(app: FastAPI) -> None:
+    """The simulator and the exact arithmetic: POSTs, computed by depthlab.web.compute."""
 
     @app.post("/api/simulate", tags=["simulator"],
               summary="Plain (red) and improved (green) stack for one N, g and toggles")
@@ -190,6 +216,10 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     def growth(req: Annotated[GrowthRequest, Body()]) -> dict:
         return compute.growth(req)
 
+
+def _add_model_routes(app: FastAPI) -> None:
+    """Facts read from configs: the block diagram, the anatomy, the evolution table."""
+
     @app.get("/api/block", tags=["model"], summary="One block of a preset, for the diagram")
     def block(preset: Annotated[PresetName, Query()] = "course",
               placement: Annotated[Placement | None, Query()] = None) -> dict:
@@ -208,6 +238,10 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     @app.get("/api/evolution", tags=["model"], summary="The evolution table, computed from configs")
     def evolution() -> list[dict]:
         return compute.evolution()
+
+
+def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:
+    """The experiments under RUNS: their export.json, progress, and one background run."""
 
     @app.get("/api/experiments", tags=["measurements"], summary="Experiments and whether data exist")
     def experiments() -> list[dict]:
@@ -229,8 +263,3 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
               summary="Start the experiment in the background (one at a time; 409 if busy)")
     def experiment_run(name: ExperimentName, req: Annotated[RunRequest, Body()]) -> dict:
         return runs.start(name, req.budget)
-
-    from depthlab.web import realmodel
-
-    app.include_router(realmodel.router(runs.root, compute._LOCK))
-    return app

@@ -5,7 +5,8 @@ the simulator precomputed on a grid of slider positions (GRIDS), the sweeps over
 the anatomy, evolution table, growth, block diagrams and every experiment's
 export.json, and the real-model probes of the shipped prompts on one run
 (depthlab.web.realmodel.static_results). The same JavaScript reads that data instead of calling the API
-(static/js/api.js, `embedded`). Values are rounded to 4 significant digits.
+(static/js/api.js, `embedded`), with both languages' text tables (depthlab.locales).
+Values are rounded to 4 significant digits.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from depthlab.locales import LANGS, table
 from depthlab.progress import Progress
 from depthlab.web import compute, lesson, realmodel
 from depthlab.web.runs import Runs
@@ -78,8 +80,9 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
     data = {"meta": {"version": __version__, "mode": "static",
                      "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                      "grid": {"n": list(g["n"]), "g": list(g["g"]), "g_step": g["g_step"]},
-                     "presets": lesson.presets()},
-            "grid": {"n": list(g["n"]), "g": list(g["g"])}}
+                     **lesson.page_facts()},
+            "grid": {"n": list(g["n"]), "g": list(g["g"])},
+            "locales": {lang: table(lang) for lang in LANGS}}
     data.update(simulator_grid(g, progress))
     data["growth"] = compute.growth(GrowthRequest())
     data["blocks"] = {}

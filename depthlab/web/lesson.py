@@ -1,4 +1,5 @@
-"""Config-derived facts for the page: the block diagram of a preset.
+"""Config-derived facts for the page: the block diagram of a preset, and the bounds,
+placements and presets that /api/meta (and a static copy's meta) publish.
 
 The diagram is drawn from the same data the model is built from: the placement's
 norm slots (`NORM_SLOTS`), the residual mode and the sublayer switches.
@@ -31,3 +32,28 @@ def presets() -> list[dict]:
     from depthlab.presets import describe_presets
 
     return [{"name": n, "summary": s} for n, s in describe_presets()]
+
+
+def _bounds(model, field: str) -> list:
+    """[ge, le] of one field of a request schema: the bound the server enforces."""
+    meta = model.model_fields[field].metadata
+    return [next(m.ge for m in meta if hasattr(m, "ge")), next(m.le for m in meta if hasattr(m, "le"))]
+
+
+def limits() -> dict:
+    """Every input bound the page enforces, from the request schemas that enforce it."""
+    from depthlab.web.guard import MAX_BODY
+    from depthlab.web.schemas import BUDGETS, MAX_G, MAX_GROWTH_WRITES, MAX_N, MAX_VECTOR, MIN_G, PathsRequest
+
+    return {"n": [1, MAX_N], "g": [MIN_G, MAX_G], "g_step": 0.05, "vector_length": MAX_VECTOR,
+            "paths_n": _bounds(PathsRequest, "n"), "paths_a": _bounds(PathsRequest, "a"),
+            "growth_writes": [1, MAX_GROWTH_WRITES], "budgets": list(BUDGETS),
+            "background_runs": 1, "max_body_bytes": MAX_BODY}
+
+
+def page_facts() -> dict:
+    """What /api/meta and a static copy's meta both tell the page: bounds, the norm
+    placements a block can take, the presets. The page hard-codes none of them."""
+    from depthlab.config import PLACEMENTS
+
+    return {"limits": limits(), "placements": list(PLACEMENTS), "presets": presets()}

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
+from depthlab.locales import texts
 from depthlab.web.runs import RunError
 from depthlab.web.schemas import error_responses
 
@@ -47,22 +48,12 @@ PROMPTS = [
      "让信息和梯度都能直达底层。", "target": None},
 ]
 
-SECTIONS = {
-    "stream": {"en": "Does the residual stream grow with depth, and do deep writes still matter?",
-               "zh": "残差流会随深度增长吗？深层的写入还有分量吗？"},
-    "attention": {"en": "How much attention lands on the first token?",
-                  "zh": "有多少注意力落在第一个词元上？"},
-    "massive": {"en": "Are there activations far larger than the rest?",
-                "zh": "有没有远大于其余的激活值？"},
-    "collapse": {"en": "Do the tokens' vectors become alike with depth?",
-                 "zh": "随着深度增加，各词元的向量会变得相似吗？"},
-    "gradient": {"en": "Does the next-token loss still reach the bottom blocks?",
-                 "zh": "下一个词元的损失还能传到最底层的块吗？"},
-    "lens": {"en": "From which layer does the model already know the next token?",
-             "zh": "模型从哪一层起就已经知道下一个词元？"},
-    "ablation": {"en": "Which blocks can be skipped without cost?",
-                 "zh": "跳过哪些块几乎没有代价？"},
-}
+SECTIONS = ("stream", "attention", "massive", "collapse", "gradient", "lens", "ablation")
+
+
+def questions() -> dict[str, dict[str, str]]:
+    """Each section's question in every language (locales/*/page.json, rm.q.*)."""
+    return {name: texts(f"rm.q.{name}") for name in SECTIONS}
 
 
 class ProbeRequest(BaseModel):
@@ -146,7 +137,7 @@ class RealModelProbes:
                 return {**cached, "cached": True}
             result = self._compute(run, req)
         body = {"run": req.run, "prompt": req.prompt, "target": req.target,
-                "questions": SECTIONS, "readings": readings(result), "result": result}
+                "questions": questions(), "readings": readings(result), "result": result}
         rundir.atomic_write_text(path, json.dumps(body, ensure_ascii=False, allow_nan=False))
         return {**body, "cached": False}
 
@@ -194,45 +185,32 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """One line per section, in English and Chinese, from the numbers."""
+    """One line per section, in every language: the table's rm.read.* templates filled
+    with the probe's numbers (the mean, the largest and the argmax are taken here)."""
     a, m, s, lens, ab = r["attention"], r["massive"]["largest"], r["stream"], r["lens"], r["ablation"]
-    mean_share = sum(a["layer_share"]) / len(a["layer_share"])
     rms = [v for v in s["rms"] if v is not None]
-    top = lens.get("target", lens["target_id"])
-    first = lens["first_top1"]
     worst = max(range(len(ab["delta_loss"])), key=lambda i: ab["delta_loss"][i])
-    cos = s["mean_cosine"][-1]
     grads = r["grad_norm"]
     peak = max(range(len(grads)), key=lambda i: grads[i])
+    target = repr(lens.get("target", lens["target_id"]))
+    first = lens["first_top1"]
     return {
-        "stream": {"en": f"RMS {rms[0]:.3g} at the embedding, {max(rms):.3g} at most; "
-                         f"sqrt(1 + k) would give {s['rms_expected'][-1]:.3g} after the last write.",
-                   "zh": f"嵌入处 RMS 为 {rms[0]:.3g}，最大 {max(rms):.3g}；按 sqrt(1 + k) "
-                         f"最后一次写入后应为 {s['rms_expected'][-1]:.3g}。"},
-        "attention": {"en": f"On average {mean_share:.0%} of each layer's attention goes to the "
-                            f"first token; uniform causal attention would give {a['uniform']:.0%}.",
-                      "zh": f"平均每层 {mean_share:.0%} 的注意力落在第一个词元上，"
-                            f"均匀因果注意力只有 {a['uniform']:.0%}。"},
-        "massive": {"en": f"Largest |activation| {m['value']:.4g} in dimension {m['dim']} of token "
-                          f"{m['token']}, {m['ratio']:.3g} x the median.",
-                    "zh": f"最大激活 {m['value']:.4g}，位于第 {m['token']} 个词元的第 {m['dim']} "
-                          f"维，是中位数的 {m['ratio']:.3g} 倍。"},
-        "collapse": {"en": f"Mean cosine between tokens at the top: {cos:.2f} (1 = all alike).",
-                     "zh": f"顶层词元之间的平均余弦相似度：{cos:.2f}（1 表示完全相同）。"},
-        "gradient": {"en": f"The stream the first sublayer reads gets {r['ratio']:.3g} x the "
-                           f"gradient of the last one's; the largest is at {r['sublayers'][peak]}.",
-                     "zh": f"第一个子层读取处的梯度是最后一个子层的 {r['ratio']:.3g} 倍；"
-                           f"最大的在 {r['sublayers'][peak]}。"},
-        "lens": {"en": f"{top!r} is top-1 from {first} on." if first else
-                       f"{top!r} never becomes top-1.",
-                 "zh": f"{top!r} 从 {first} 起成为第一。" if first else f"{top!r} 始终不是第一。"},
-        "ablation": {"en": f"Skipping block {worst} costs most: +{ab['delta_loss'][worst]:.2f} nats.",
-                     "zh": f"跳过第 {worst} 块代价最大：损失增加 {ab['delta_loss'][worst]:.2f} nats。"},
+        "stream": texts("rm.read.stream", first=f"{rms[0]:.3g}", peak=f"{max(rms):.3g}",
+                        expected=f"{s['rms_expected'][-1]:.3g}"),
+        "attention": texts("rm.read.attention", uniform=f"{a['uniform']:.0%}",
+                           share=f"{sum(a['layer_share']) / len(a['layer_share']):.0%}"),
+        "massive": texts("rm.read.massive", value=f"{m['value']:.4g}", dim=m["dim"], token=m["token"],
+                         ratio=f"{m['ratio']:.3g}"),
+        "collapse": texts("rm.read.collapse", cos=f"{s['mean_cosine'][-1]:.2f}"),
+        "gradient": texts("rm.read.gradient", ratio=f"{r['ratio']:.3g}", peak=r["sublayers"][peak]),
+        "lens": (texts("rm.read.lens", target=target, first=first) if first
+                 else texts("rm.read.lens_never", target=target)),
+        "ablation": texts("rm.read.ablation", block=worst, delta=f"{ab['delta_loss'][worst]:.2f}"),
     }
 
 
 def prompts_body() -> dict[str, Any]:
-    return {"prompts": PROMPTS, "questions": SECTIONS, "max_prompt_chars": MAX_PROMPT_CHARS,
+    return {"prompts": PROMPTS, "questions": questions(), "max_prompt_chars": MAX_PROMPT_CHARS,
             "max_prompt_tokens": MAX_PROMPT_TOKENS}
 
 

@@ -76,6 +76,7 @@
     return {
       kind: "live",
       meta: () => get("api/meta"),
+      locale: (lang) => get("api/locale/" + encodeURIComponent(lang)),
       snap: (st) => st,
       simulate: (req) => post("api/simulate", req),
       sweep: (req) => post("api/sweep", req),
@@ -109,6 +110,7 @@
     return {
       kind: "static",
       meta: () => Promise.resolve(data.meta),
+      locale: (lang) => need((data.locales || {})[lang], "the " + lang + " text"),
       // The embedded grid holds only some N and g: move the state onto it.
       snap: (st) => Object.assign({}, st, { n: nearest(grid.n, st.n), g: nearest(grid.g, st.g) }),
       simulate(req) {
@@ -141,15 +143,35 @@
     };
   }
 
-  // The same exact arithmetic as depthlab/web/compute.py, for the static copy only
-  // (a typed vector cannot be precomputed). tests/test_page_export.py compares them.
+  // The same exact arithmetic as depthlab/web/compute.py, for the static copy only (a
+  // typed vector or any real a cannot be precomputed). tests/test_page_arith_parity.py
+  // runs both on the same grid in Chromium.
+  // The correctly rounded sum of floats, as Python's math.fsum (Shewchuk's partials): the
+  // path totals of a negative a cancel, and a plain sum would lose the digits that remain.
+  function fsum(xs) {
+    const partials = [];
+    for (let x of xs) {
+      let i = 0;
+      for (let y of partials) {
+        if (Math.abs(x) < Math.abs(y)) [x, y] = [y, x];
+        const hi = x + y;
+        const lo = y - (hi - x);
+        if (lo) partials[i++] = lo;
+        x = hi;
+      }
+      partials.length = i;
+      partials.push(x);
+    }
+    return partials.reduce((s, p) => s + p, 0);
+  }
+
   DL.arith = {
     paths(n, a) {
       const groups = [];
-      let c = 1;
+      let c = 1n; // C(N, k) exactly, as Python's math.comb, then rounded once to a float
       for (let k = 0; k <= n; k++) {
-        groups.push({ layers_passed: k, n_paths: c, value_each: Math.pow(a, k), total: c * Math.pow(a, k) });
-        c = (c * (n - k)) / (k + 1);
+        groups.push({ layers_passed: k, n_paths: Number(c), value_each: Math.pow(a, k), total: Number(c) * Math.pow(a, k) });
+        c = (c * BigInt(n - k)) / BigInt(k + 1);
       }
       const paths = [];
       if (n <= 4) {
@@ -163,7 +185,7 @@
       }
       return {
         kind: "paths", depth: n, scale: a, x0: 1, groups, paths,
-        residual_output: groups.reduce((s, g) => s + g.total, 0), plain_output: Math.pow(a, n),
+        residual_output: fsum(groups.map((g) => g.total)), plain_output: Math.pow(a, n),
         jacobian_factors: Array(n).fill(1 + a), jacobian: Math.pow(1 + a, n), plain_jacobian: Math.pow(a, n),
       };
     },

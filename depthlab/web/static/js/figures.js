@@ -31,13 +31,10 @@
   }
 
   // ---- 2. the cumulative data flow ----------------------------------------------------
-  const STAGE_ZH = {
-    tokens: "token", embedding: "词嵌入", "q_proj (query)": "q_proj(查询)", "q_proj (query | gate)": "q_proj(查询 | 门)", "attention scores": "注意力分数",
-    "attention output (o_proj in)": "注意力输出(o_proj 输入)", "attention write": "注意力写回",
-    "ffn hidden": "FFN 中间层", "ffn write": "FFN 写回", logits: "logits", add: "+ 残差相加",
-    "final norm": "最终归一化",
-  };
-  const stageName = (s) => (DL.lang() === "zh" && STAGE_ZH[s]) || (s === "add" ? "+ residual add" : s);
+  // A stage's name is its key in the text table (flow.stage.KEY); a stage no table names
+  // shows its key as the anatomy wrote it.
+  const stageName = (key) => (DL.hasKey("flow.stage." + key) ? DL.t("flow.stage." + key) : key);
+  const inBlock = (st) => st.layers != null;
 
   // A model in one line, from its config (the same in both languages, nothing cut short).
   function describeModel(a) {
@@ -54,38 +51,20 @@
     let anatomy = null;
     let picked = null;
 
-    function stagesOf(a) {
-      const m = a.model;
-      const L = m.n_layers;
-      const by = a.params_by_component;
-      const per = a.params_per_layer;
-      const d = [a.tokens, m.d_model];
-      const out = [{ id: "tokens", shape: [a.tokens], params: 0 }];
-      for (const [stage, sh] of a.shapes.map((s) => [s.stage, s.shape])) {
-        if (stage === "logits") {
-          if (m.final_norm) out.push({ id: "final norm", shape: d, params: m.d_model, note: "norm" });
-          out.push({ id: "logits", shape: sh, params: by.lm_head || 0, tied: !by.lm_head });
-          continue;
-        }
-        const group = stage === "embedding" ? "embedding" : stage.startsWith("ffn") ? "ffn" : "attention";
-        const params = group === "embedding" ? by.embedding : per[group];
-        out.push({ id: stage, shape: sh, params, perLayer: group !== "embedding", L });
-        if (stage === "attention write" || stage === "ffn write") out.push({ id: "add", shape: d, params: 0, L });
-      }
-      return out;
-    }
-
     function detail(st) {
       const el = $("flow-detail");
       el.textContent = "";
       const a = anatomy;
+      // the anatomy's numbers as it gives them: per layer, the blocks holding it, in all
       let params = int(st.params);
-      if (st.perLayer) params += " × " + st.L + " " + DL.t("flow.layers") + " = " + int(st.params * st.L);
+      if (st.layers != null) params = int(st.params_per_layer) + " × " + st.layers + " " + DL.t("flow.blocks") + " = " + int(st.params);
       if (st.tied) params = DL.t("flow.tied");
+      const inner = (st.inner || []).map((x) => stageName(x.stage) + " " + shape(x.shape)).join(" · ");
       el.append(
-        h("div", { class: "kv" }, h("b", {}, stageName(st.id)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
+        h("div", { class: "kv" }, h("b", {}, stageName(st.key)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
           " (T = " + a.tokens + ")"),
-        h("div", { class: "kv" }, DL.t("flow.params") + ": " + params + (st.perLayer ? DL.t("flow.perlayer") : "")),
+        inner ? h("div", { class: "kv small" }, inner) : "",
+        h("div", { class: "kv" }, DL.t("flow.params") + ": ", h("span", { id: "flow-params" }, params)),
         h("div", { class: "kv muted" }, DL.t("flow.total") + " " + int(a.total_params) + " · FFN " +
           fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes + " " + DL.t("flow.writes")),
         h("div", { class: "kv muted small" }, describeModel(a)));
@@ -95,14 +74,14 @@
       const box = $("flow-stages");
       box.textContent = "";
       if (!anatomy) return;
-      const stages = stagesOf(anatomy);
+      const stages = [{ key: "tokens", shape: [anatomy.tokens], params: 0 }, ...anatomy.stages];
       let block = null;
       stages.forEach((st, i) => {
-        const btn = h("button", { type: "button", class: "stage" + (st.perLayer || st.id === "add" ? " in-block" : ""),
-                                  data: { stage: st.id + ":" + i }, role: "listitem",
-                                  onclick: () => { picked = st.id + ":" + i; DL.state.set({ stage: picked }); } },
-          h("span", { class: "stage-name" }, stageName(st.id)), h("span", { class: "stage-shape" }, shape(st.shape)));
-        if (st.perLayer || st.id === "add") {
+        const btn = h("button", { type: "button", class: "stage" + (inBlock(st) ? " in-block" : ""),
+                                  data: { stage: st.key + ":" + i }, role: "listitem",
+                                  onclick: () => { picked = st.key + ":" + i; DL.state.set({ stage: picked }); } },
+          h("span", { class: "stage-name" }, stageName(st.key)), h("span", { class: "stage-shape" }, shape(st.shape)));
+        if (inBlock(st)) {
           if (!block) {
             block = h("div", { class: "flow-block" }, h("span", { class: "flow-block-h" },
               "× " + anatomy.model.n_layers + " " + DL.t("flow.blocks")));
@@ -155,6 +134,13 @@
     const pn = $("pn");
     const pa = $("pa");
     let last = null;
+    // the bounds are the server's (/api/meta limits.paths_n, paths_a), set on the inputs
+    let bounds = null;
+    const limits = source.meta().then((m) => {
+      bounds = { n: m.limits.paths_n, a: m.limits.paths_a };
+      [pn.min, pn.max, pa.min, pa.max] = [...bounds.n, ...bounds.a];
+    });
+    const clamp = (v, [lo, hi]) => Math.min(hi, Math.max(lo, v));
     pn.addEventListener("input", () => pn.value && DL.state.set({ pn: +pn.value }));
     pa.addEventListener("input", () => pa.value !== "" && isFinite(+pa.value) && DL.state.set({ pa: +pa.value }));
 
@@ -181,10 +167,14 @@
 
     return {
       update(st) {
-        if (+pn.value !== st.pn) pn.value = st.pn;
-        if (+pa.value !== st.pa) pa.value = st.pa;
-        Promise.all([source.paths({ n: 2, a: st.pa }), source.paths({ n: st.pn, a: st.pa })])
-          .then(([ex, r]) => draw(ex, r)).catch(showError);
+        limits.then(() => {
+          const n = clamp(st.pn, bounds.n);
+          const a = clamp(st.pa, bounds.a);
+          if (n !== st.pn || a !== st.pa) return DL.state.set({ pn: n, pa: a });
+          if (+pn.value !== n) pn.value = n;
+          if (+pa.value !== a) pa.value = a;
+          return Promise.all([source.paths({ n: 2, a }), source.paths({ n, a })]).then(([ex, r]) => draw(ex, r));
+        }).catch(showError);
       },
       relabel: () => last && draw(...last),
     };
@@ -301,11 +291,16 @@
     const presetSel = $("b-preset");
     const placeSel = $("b-placement");
     let last = null;
-    source.meta().then((m) => {
+    let placements = [];
+    const facts = source.meta().then((m) => {
       presetSel.textContent = "";
       m.presets.filter((p) => p.name !== "tiny").forEach((p) => presetSel.append(h("option", { value: p.name }, p.name)));
       presetSel.value = DL.state.get().preset;
-    }).catch(showError);
+      placements = m.placements;
+      placeSel.textContent = "";
+      ["", ...placements].forEach((p) => placeSel.append(h("option", { value: p }, p || "—")));
+    });
+    facts.catch(showError);
     presetSel.addEventListener("change", () => DL.state.set({ preset: presetSel.value, place: "" }));
     // The data path, lit one step at a time (every 0.9 s; held still under reduced motion).
     let path = [];
@@ -349,9 +344,12 @@
     }
     return {
       update(st) {
-        if (presetSel.value !== st.preset && [...presetSel.options].some((o) => o.value === st.preset)) presetSel.value = st.preset;
-        placeSel.value = st.place;
-        source.block(st.preset, st.place).then(draw).catch(showError);
+        facts.then(() => {
+          if (presetSel.value !== st.preset && [...presetSel.options].some((o) => o.value === st.preset)) presetSel.value = st.preset;
+          const place = placements.includes(st.place) ? st.place : ""; // a placement /api/meta does not list: the preset's own
+          placeSel.value = place;
+          return source.block(st.preset, place).then(draw);
+        }).catch(showError);
       },
       relabel: () => last && draw(last),
     };
@@ -361,6 +359,8 @@
   DL.figures.norms = function (source, showError) {
     const input = $("vec");
     let last = null;
+    let maxLength = null; // /api/meta limits.vector_length
+    const limits = source.meta().then((m) => { maxLength = m.limits.vector_length; });
     input.addEventListener("input", () => DL.state.set({ vec: input.value }));
     document.querySelectorAll("[data-vec]").forEach((b) =>
       b.addEventListener("click", () => DL.state.set({ vec: b.dataset.vec })));
@@ -387,11 +387,13 @@
         if (input.value !== st.vec) input.value = st.vec;
         const parts = st.vec.split(/[\s,;]+/).filter(Boolean);
         const x = parts.map(Number);
-        if (!x.length || x.length > 64 || x.some((v) => !isFinite(v))) {
-          $("norms-out").textContent = DL.t("n.bad");
-          return;
-        }
-        send(x);
+        limits.then(() => {
+          if (!x.length || x.length > maxLength || x.some((v) => !isFinite(v))) {
+            $("norms-out").textContent = DL.t("n.bad", { n: maxLength });
+            return;
+          }
+          send(x);
+        }).catch(showError);
       },
       relabel: () => last && draw(last),
     };

@@ -1,7 +1,7 @@
-// Boot: pick the data source (live server or embedded data), set the language, build
-// every figure, wire the simulator's controls to the URL state, and route each state
+// Boot: pick the data source (live server or embedded data), load the language's text
+// table from it, build every figure, wire the simulator's controls to the URL state, and route each state
 // change to the figures that depend on it.
-(function () {
+(async function () {
   "use strict";
   const DL = window.DL;
   const $ = (id) => document.getElementById(id);
@@ -22,7 +22,11 @@
   window.addEventListener("unhandledrejection", (e) => showError(e.reason));
 
   let st = DL.state.get();
-  DL.setLang(st.lang);
+  try {
+    await DL.useLang(st.lang, source);
+  } catch (e) {
+    showError(e);
+  }
   $("lang").textContent = DL.t("lang.switch");
 
   const sim = DL.figures.simulator(source, showError);
@@ -51,11 +55,12 @@
 
   function route(s, patch) {
     if (patch.lang !== undefined && patch.lang !== DL.lang()) {
-      DL.setLang(s.lang);
-      $("lang").textContent = DL.t("lang.switch");
-      sim.relabel();
-      Object.values(figures).forEach((f) => f.relabel());
-      footer();
+      DL.useLang(s.lang, source).then(() => {
+        $("lang").textContent = DL.t("lang.switch");
+        sim.relabel();
+        Object.values(figures).forEach((f) => f.relabel());
+        footer();
+      }).catch(showError);
     }
     const touched = new Set(Object.keys(patch).flatMap((k) => ROUTES[k] || []));
     if (touched.has("sim")) {

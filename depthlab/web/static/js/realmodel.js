@@ -36,7 +36,7 @@
                     [r.stream.angular_distance, r.stream.angular_distance_other_tokens]] },
     { section: "attention", id: "rm-attn", title: "rm.c.attn", x: "rm.ax.layer", y: "rm.ax.share", at: layerName,
       yRange: () => [0, 1],
-      series: (r) => [["rm.s.layer", C.accent, false, "bars"], ["rm.s.uniform", C.theory, true], ["rm.s.threshold", C.plain, true]]
+      series: (r) => [["rm.s.layer", C.accent, false, "bars"], ["rm.s.uniform", C.theory, true], [() => DL.t("rm.s.threshold", { th: r.attention.threshold }), C.plain, true]]
         .concat(r.attention.first_token_share[0].map((_, i) => [() => DL.t("rm.s.head", { i }), "#37474f", false, "dots",
                                                                 i > 0, t("rm.s.heads")])),
       data: (r) => {
@@ -70,7 +70,6 @@
       series: [["rm.s.delta", C.plain, false, "bars"]],
       data: (r) => [range(0, r.ablation.delta_loss.length - 1), [r.ablation.delta_loss]] },
   ];
-  const SECTIONS = ["stream", "attention", "massive", "collapse", "gradient", "lens", "ablation"];
 
   // A reading from the API with the tokens it quotes (' Paris') set as code.
   function withTokens(text) {
@@ -203,7 +202,7 @@
       body.append(h("p", { class: "kv small" }, DL.t("rm.tokens", { n: r.n_tokens }) + " ",
         r.tokens ? r.tokens.map((tok) => h("code", { class: "tok" }, JSON.stringify(tok).slice(1, -1))) : "",
         " · " + DL.t("rm.loss") + " " + DL.fmt(r.loss, 4)));
-      for (const name of SECTIONS) {
+      for (const name of Object.keys(q)) { // the sections in the server's order
         const sec = h("div", { class: "rm-section", id: "rm-sec-" + name });
         sec.append(h("h3", {}, DL.tr(q[name])));
         sec.append(h("p", { class: "reading" }, withTokens(DL.tr(result.readings[name]))));

@@ -20,9 +20,10 @@
     flow: [(s) => s || "course", String],
     stage: [(s) => s || "", String],
     preset: [(s) => (s && /^[a-z0-9_]{1,40}$/.test(s) ? s : "course"), String],
-    place: [(s) => (["pre", "post", "sandwich", "output"].includes(s) ? s : ""), String],
-    pn: [(s) => clamp(Math.round(num(s, 2)), 1, 64), String],
-    pa: [(s) => clamp(num(s, 0.5), -10, 10), String],
+    // the placements and the formula's bounds are /api/meta's: the figures check them
+    place: [(s) => (s && /^[a-z_]{1,40}$/.test(s) ? s : ""), String],
+    pn: [(s) => Math.round(num(s, 2)), String],
+    pa: [(s) => num(s, 0.5), String],
     vec: [(s) => s || "3, 4", String],
     // the real-model section: run, shipped prompt id ("" = the typed text, or with none typed
     // the first shipped prompt in the page's language), typed text, lens target
