@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
 from depthlab.presets import PRESETS
+from depthlab.probes.simulator_bounds import page_bounds
 from depthlab.web import compute, lesson
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
 from depthlab.web.runs import NAME_RE, RunError, Runs
@@ -164,12 +165,13 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     def meta() -> dict:
         # No CORS header is ever sent, so only a page of this origin can read write_token.
         return {"version": __version__, "mode": "live", "limits": LIMITS,
+                "simulator": page_bounds(),
                 "presets": lesson.presets(), "experiments": runs.names(),
                 "runs_dir": str(runs.root), "write_token": app.state.write_token,
                 "token_header": TOKEN_HEADER}
 
     @app.post("/api/simulate", tags=["simulator"],
-              summary="Plain (red) and improved (green) stack for one N, g and toggles")
+              summary="Naive (red) and improved (green) stack for one N, g and switches")
     def simulate(req: Annotated[SimulateRequest, Body()]) -> dict:
         return compute.simulate(req)
 

@@ -309,6 +309,14 @@
                  "经过 {n} 个子层,token 两两余弦的平均值:直接堆叠 {a},改进后 {b}(1 = 全部相同)。"],
     "read.growth": ["After {k} unit-variance writes the stream RMS is {m}, against √(1 + {k}) = {e} for independent writes: the stream grows like the square root of the number of writes.",
                     "{k} 次单位方差写入之后,残差流 RMS 为 {m},独立写入的理论值 √(1 + {k}) = {e}:残差流随写入次数的平方根增长。"],
+
+    // the simulator's switches in the model's vocabulary (simulator.js); a residual of the
+    // registry without a line here is labelled with its name
+    "sim.sw.residual": ["residual:", "残差:"],
+    "sim.res.none": ["none, x ← F(x)", "无,x ← F(x)"],
+    "sim.res.plain": ["plain, x + F(x)", "普通,x + F(x)"],
+    "sim.res.scaled": ["scaled, x + F(x)/√N", "缩放,x + F(x)/√N"],
+    "sim.res.rezero": ["ReZero, x + a·F(x) with a = 0 at init", "ReZero,x + a·F(x),a 初始为 0"],
   };
 
   // Words inside the project data (series labels, table headers and cells: export.json
