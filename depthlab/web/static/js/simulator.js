@@ -52,7 +52,7 @@
     none: (f) => "x ← " + f,
     plain: (f) => "x ← x + " + f,
     scaled: (f) => "x ← x + " + f + " / √N",
-    rezero: (f) => "x ← x + a·" + f + ",  a = 0",
+    rezero: (f) => "x ← x + a·" + f + ", a = 0",
   };
   function formula(st) {
     const f = st.norm === "rmsnorm" ? "F(RMSNorm(x))" : "F(x)";

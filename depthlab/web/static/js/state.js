@@ -107,6 +107,7 @@
 
   window.addEventListener("hashchange", () => {
     state = read();
+    write(); // an old link's keys (res/pre/wb) become the switches' names in the address
     listeners.forEach((fn) => fn(state, state));
   });
 })();
