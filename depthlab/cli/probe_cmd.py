@@ -1,7 +1,7 @@
 """`depthlab probe ...`: the lesson's live experiments and exact arithmetic, as tables or JSON.
 
-The improved stack is wired with the model's own switches: --residual NAME (the model's
-residual registry: none, plain, scaled, rezero, ...; `--residual` alone is plain) and
+The improved stack is wired with the model's own switches: --residual NAME (a name of the
+model's residual registry, listed in each probe's --help; `--residual` alone is plain) and
 --norm rmsnorm|none (RMSNorm on each sublayer's input). residual=scaled multiplies every
 write by 1/sqrt(N), N the writes of the toy stack. The naive row is always x <- F(x) with
 the same N, g and seed. `--json` prints {"kind", "request", "naive", "improved"}, the

@@ -65,7 +65,8 @@ def _check(name: str, ok: bool, allowed: str, value: object) -> None:
 @dataclass(frozen=True)
 class ToyConfig(ModelConfig):
     """A ModelConfig whose n_writes is the toy stack's own count (N, or 2N with FFNs),
-    so `write_scale` and every builder of the registry read the toy stack's depth."""
+    so `write_scale` and every builder of the registry read the toy stack's depth
+    (n_layers = ceil(writes / 2): two writes make a layer, as in the model)."""
 
     writes: int = 2
 
