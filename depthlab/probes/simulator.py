@@ -227,11 +227,13 @@ def _attention_sublayer(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
 
 class Wiring:
     """The model's modules for each write of a toy stack: one residual module per write (as
-    `Block` holds one per sublayer) and the input norm, built from `req.config()`."""
+    `Block` holds one per sublayer) and the input norm, built from the stack's config.
+    Nothing trains them, so one set serves every request with that config (`wiring`)."""
 
-    def __init__(self, req: StackRequest) -> None:
-        cfg = req.config()
-        self.residuals = [self._residual(cfg) for _ in range(req.writes)]
+    def __init__(self, cfg: ToyConfig) -> None:
+        with torch.random.fork_rng(devices=[]):  # a residual with random init: fixed, and
+            torch.manual_seed(0)                 # the caller's generator left untouched
+            self.residuals = [self._residual(cfg) for _ in range(cfg.n_writes)]
         norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         self.norm = None if norm is None else norm.to(DTYPE).requires_grad_(False)
 
@@ -259,6 +261,11 @@ class Wiring:
         return residual(stream, residual.scale(sublayer(h, *weights)))
 
 
+@lru_cache(maxsize=64)
+def wiring(cfg: ToyConfig) -> Wiring:
+    return Wiring(cfg)
+
+
 # ---- gradient reach ----------------------------------------------------------------------
 
 def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,18 +274,18 @@ def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tenso
     w = _unit_weights(gen, 2 * req.depth, req.width)
     readout = torch.randn(req.tokens, req.width, generator=gen, dtype=DTYPE)
     g = gains.to(DTYPE).view(-1, 1, 1)
-    wiring = Wiring(replace(req, ffn=False))
-    x = wiring.open(_inputs(req).expand(len(gains), -1, -1))
+    wired = wiring(replace(req, ffn=False).config())
+    x = wired.open(_inputs(req).expand(len(gains), -1, -1))
     inputs, rms = [], [_rms(x)]
     with torch.enable_grad():
         for layer in range(req.depth):
             x = x.detach().requires_grad_() if layer == 0 else x
             x.retain_grad()
             inputs.append(x)
-            x = wiring.write(layer, x, _tanh_sublayer, g * w[2 * layer], g * w[2 * layer + 1])
+            x = wired.write(layer, x, _tanh_sublayer, g * w[2 * layer], g * w[2 * layer + 1])
             rms.append(_rms(x))
         # Loss: a fixed random readout of the top's output, so only depth shapes the gradient.
-        (wiring.close(x) * readout).sum().backward()
+        (wired.close(x) * readout).sum().backward()
     norms = torch.stack([t.grad.flatten(1).pow(2).sum(dim=1).sqrt() for t in inputs], dim=1)
     return norms, torch.stack([r.detach() for r in rms], dim=1)
 
@@ -328,19 +335,19 @@ def token_collapse(req: StackRequest) -> CollapseResult:
     gen = _generator(req.seed, req.depth, "attn")
     per_layer = 5 if req.ffn else 3
     w = req.gain * _unit_weights(gen, per_layer * req.depth, req.width)
-    wiring = Wiring(req)
-    x = wiring.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
-    states, rms = [wiring.close(x)[0]], [_rms(x)[0]]
+    wired = wiring(req.config())
+    x = wired.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
+    states, rms = [wired.close(x)[0]], [_rms(x)[0]]
     with torch.no_grad():
         k = 0
         for layer in range(req.depth):
             wq, wk, wv, *ffn = w[per_layer * layer: per_layer * (layer + 1)]
-            x = wiring.write(k, x, _attention_sublayer, wq, wk, wv)
+            x = wired.write(k, x, _attention_sublayer, wq, wk, wv)
             k += 1
             if ffn:
-                x = wiring.write(k, x, _tanh_sublayer, *ffn)
+                x = wired.write(k, x, _tanh_sublayer, *ffn)
                 k += 1
-            states.append(wiring.close(x)[0])
+            states.append(wired.close(x)[0])
             rms.append(_rms(x)[0])
     stack = torch.stack(states)
     return CollapseResult(req, tuple(rel_distance(stack).tolist()),

@@ -101,7 +101,6 @@
       write();
       if (Object.keys(moved).length) listeners.forEach((fn) => fn(state, moved));
     },
-    bounds: () => sim,
     on: (fn) => listeners.push(fn),
   };
 
