@@ -1,8 +1,8 @@
 """Latency of the lesson page's simulator: input event -> redrawn chart, at N = 32.
 
 Starts `depthlab serve` on a free loopback port, opens the page in headless Chromium,
-and moves the g slider through every step from 0.5 to 2.0 under each combination of
-the toggles (fresh states: neither the server's nor the page's cache has them), one
+and moves the g slider through every step from 0.5 to 2.0 under each setting of the
+switches, residual x norm (fresh states: neither the server's nor the page's cache has them), one
 move at a time. The page stamps the input event and, after the charts are redrawn
 and the next frame painted, records the difference (DL.perf in static/js). Prints
 p50/p95/max per mode. Target on a 2-core laptop: p95 < 100 ms. Never asserted.
