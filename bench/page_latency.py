@@ -1,8 +1,8 @@
 """Latency of the lesson page's simulator: input event -> redrawn chart, at N = 32.
 
 Starts `depthlab serve` on a free loopback port, opens the page in headless Chromium,
-and moves the g slider through every step from 0.5 to 2.0 under each combination of
-the toggles (fresh states: neither the server's nor the page's cache has them), one
+and moves the g slider through every step from 0.5 to 2.0 under each setting of the
+switches, residual x norm (fresh states: neither the server's nor the page's cache has them), one
 move at a time. The page stamps the input event and, after the charts are redrawn
 and the next frame painted, records the difference (DL.perf in static/js). Prints
 p50/p95/max per mode. Target on a 2-core laptop: p95 < 100 ms. Never asserted.
@@ -47,10 +47,10 @@ def start_server(port: int) -> subprocess.Popen:
     raise SystemExit("the server did not start")
 
 
-def measure(page, mode: str, toggles: tuple[bool, bool, bool]) -> list[float]:
-    res, pre, wb = ("1" if t else "0" for t in toggles)
+def measure(page, mode: str, switches: tuple[str, str]) -> list[float]:
+    residual, norm = switches
     page.goto("about:blank")
-    page.goto(f"{BASE}#lang=en&mode={mode}&n=32&g=1.00&res={res}&pre={pre}&wb={wb}")
+    page.goto(f"{BASE}#lang=en&mode={mode}&n=32&g=1.00&residual={residual}&norm={norm}")
     page.wait_for_function("() => window.DL && DL.ready")
     try:
         page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '32'",
@@ -90,6 +90,8 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
+    from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+
     results: dict[str, list[float]] = {m: [] for m in args.modes}
     for _ in range(args.rounds):
         port = free_port()
@@ -100,8 +102,8 @@ def main() -> int:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 for mode in args.modes:
-                    for toggles in product((False, True), repeat=3):
-                        results[mode] += measure(page, mode, toggles)
+                    for switches in product(RESIDUAL_CHOICES, NORMS):
+                        results[mode] += measure(page, mode, switches)
                 browser.close()
         finally:
             server.terminate()

@@ -45,14 +45,14 @@ def median_ms(fn: Callable[[], object], clear: Callable[[], None],
 
 def main() -> None:
     use_single_thread()
-    improved = StackRequest(depth=32, residual=True, prenorm=True, scale_writes=True)
+    improved = StackRequest(depth=32, residual="scaled", norm="rmsnorm")
     small = replace(get_preset("course").model, d_model=64, n_heads=4)
     cases = [
         ("simulator gradient probe, N = 32", 20,
          lambda: gradient_reach(improved), gradient_reach.cache_clear),
         ("simulator collapse probe, N = 32", 20,
          lambda: token_collapse(improved), token_collapse.cache_clear),
-        ("31-point g sweep, plain + improved rows", 1000,
+        ("31-point g sweep, naive + improved rows", 1000,
          lambda: gain_sweep(improved), gain_sweep.cache_clear),
         ("real-block probe, d 64, 32 tokens, 16 blocks = 32 sublayers", 60,
          lambda: real_probe(RealRequest(replace(small, n_layers=16), tokens=32)),

@@ -20,7 +20,7 @@ from playwright.sync_api import sync_playwright
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-README_STATE = "mode=gradient&n=32&g=1.00&res=1&pre=1&wb=1"
+README_STATE = "mode=gradient&n=32&g=1.00&residual=scaled&norm=rmsnorm"
 
 
 def main(argv: list[str] | None = None) -> int:

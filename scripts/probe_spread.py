@@ -14,7 +14,7 @@ import statistics
 
 from depthlab.probes import StackRequest, gain_sweep, gradient_reach, token_collapse, use_single_thread
 
-IMPROVED = dict(residual=True, prenorm=True, scale_writes=True)
+IMPROVED = dict(residual="scaled", norm="rmsnorm")  # x + F(RMSNorm(x)) / sqrt(N)
 
 
 def measure(s: int) -> dict[str, float]:
@@ -24,11 +24,11 @@ def measure(s: int) -> dict[str, float]:
     rms = [gradient_reach(StackRequest(seed=s, gain=g, **IMPROVED)).stream_rms[-1]
            for g in (0.5, 1.0, 2.0)]
     plain, res, imp = (token_collapse(StackRequest(seed=s, **k))
-                       for k in ({}, {"residual": True}, IMPROVED))
+                       for k in ({}, {"residual": "plain"}, IMPROVED))
     sweep = gain_sweep(StackRequest(seed=s))
-    ratios = dict(zip(sweep.gains, sweep.plain_ratios, strict=True))
+    ratios = dict(zip(sweep.gains, sweep.naive_ratios, strict=True))
     band = [g for g, x in ratios.items() if 0.1 <= x <= 10]
-    one = gradient_reach(StackRequest(seed=s, residual=True))
+    one = gradient_reach(StackRequest(seed=s, residual="plain"))
     return {
         "collapse r(0), 8 layers": r8[0], "collapse r(8)": r8[-1], "collapse r(32)": r32[-1],
         "all three: min ratio over g": min(improved.ratios),
@@ -38,7 +38,7 @@ def measure(s: int) -> dict[str, float]:
         "plain ratio at g 0.5": ratios[0.5], "plain ratio at g 2": ratios[2.0],
         "plain band lowest g": min(band), "plain band highest g": max(band),
         "plain band gains": len(band),
-        "residual only: min ratio over g": min(gain_sweep(StackRequest(seed=s, residual=True)).ratios),
+        "residual only: min ratio over g": min(gain_sweep(StackRequest(seed=s, residual="plain")).ratios),
         "residual only: ratio at g 1": one.ratio,
         "residual only: final RMS / first": one.stream_rms[-1] / one.stream_rms[0],
         "residual only: collapse r(32)": res.rel_distance[-1],

@@ -26,7 +26,7 @@ from depthlab.probes import (
 )
 
 SEEDS = range(10)
-IMPROVED = dict(residual=True, prenorm=True, scale_writes=True)
+IMPROVED = dict(residual="scaled", norm="rmsnorm")  # x + F(RMSNorm(x)) / sqrt(N)
 BEGIN, END = "<!-- probe-table:begin -->", "<!-- probe-table:end -->"
 
 
@@ -53,9 +53,9 @@ def rows() -> list[tuple[str, str, str, str]]:
         ("orders of magnitude between them", "N 32", "23",
          _seeds(lambda s: math.log10(grad(s, 2.0).ratio / grad(s, 0.5).ratio))),
         ("gradient bottom/top, residual only", "N 32, g 1", "about 20",
-         _seeds(lambda s: grad(s, residual=True).ratio)),
+         _seeds(lambda s: grad(s, residual="plain").ratio)),
         ("stream RMS after 32 writes, residual only", "N 32, g 1", "6.3",
-         _seeds(lambda s: grad(s, residual=True).stream_rms[-1])),
+         _seeds(lambda s: grad(s, residual="plain").stream_rms[-1])),
         ("gradient bottom/top, all three toggles", "N 32, g 1", "(near 1)",
          _seeds(lambda s: grad(s, **IMPROVED).ratio)),
         ("stream RMS after 32 writes, all three toggles", "N 32, g 1", "(near 1)",
@@ -66,9 +66,9 @@ def rows() -> list[tuple[str, str, str, str]]:
         ("collapse r, plain", "32 layers, g 1", "3.2e-10",
          _seeds(lambda s: coll(s).rel_distance[-1])),
         ("collapse r, residual only", "32 layers, g 1", "0.026",
-         _seeds(lambda s: coll(s, residual=True).rel_distance[-1])),
+         _seeds(lambda s: coll(s, residual="plain").rel_distance[-1])),
         ("mean cosine, residual only", "32 layers, g 1", "0.999",
-         _seeds(lambda s: coll(s, residual=True).mean_cosine[-1])),
+         _seeds(lambda s: coll(s, residual="plain").mean_cosine[-1])),
         ("collapse r, all three toggles", "32 layers, g 1", "0.828",
          _seeds(lambda s: coll(s, **IMPROVED).rel_distance[-1])),
         ("mean cosine, all three toggles", "32 layers, g 1", "0.162",

@@ -77,35 +77,35 @@ POST_JSON = """(path, body) => fetch('api/meta').then((r) => r.json()).then((m) 
 CHECK_STATE = r"""
 async ([patch, wantFrom]) => {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-  const bits = (s) => (s.res ? "1" : "0") + (s.pre ? "1" : "0") + (s.wb ? "1" : "0");
+  const switchKey = (s) => s.residual + "|" + s.norm;
   DL.state.set(patch);
   const st = DL.state.get();
-  const req = {mode: st.mode, n: st.n, g: st.g, residual: st.res, prenorm: st.pre, scale_writes: st.wb};
+  const req = {mode: st.mode, n: st.n, g: st.g, residual: st.residual, norm: st.norm};
   let want;
   if (wantFrom === "api") {
     const post = (p, b) => (""" + POST_JSON + r""")(p, b);
     want = {sim: await post("api/simulate", req)};
-    if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.res, prenorm: st.pre, scale_writes: st.wb});
+    if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.residual, norm: st.norm});
   } else {
     const d = JSON.parse(document.getElementById("depthlab-data").textContent);
     const key = st.n + "|" + st.g.toFixed(2);
-    want = {sim: {plain: d.plain[st.mode][key], improved: d.improved[st.mode][key + "|" + bits(st)]},
-            sweep: d.sweep[st.n + "|" + bits(st)]};
-    if (!want.sim.plain || !want.sim.improved) return ["state " + key + " is not in the static copy"];
+    want = {sim: {naive: d.naive[st.mode][key], improved: d.improved[st.mode][key + "|" + switchKey(st)]},
+            sweep: d.sweep[st.n + "|" + switchKey(st)]};
+    if (!want.sim.naive || !want.sim.improved) return ["state " + key + " is not in the static copy"];
   }
   const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
   const range = (a, b) => Array.from({length: b - a + 1}, (_, i) => a + i);
   const n = st.n;
   const expect = st.mode === "gradient" ? {
-    "c-plain-layers": [range(1, n), [want.sim.plain.per_layer]],
+    "c-plain-layers": [range(1, n), [want.sim.naive.per_layer]],
     "c-improved-layers": [range(1, n), [want.sim.improved.per_layer]],
-    "c-bottom": [want.sweep.gains, [want.sweep.plain, want.sweep.improved]],
+    "c-bottom": [want.sweep.gains, [want.sweep.naive, want.sweep.improved]],
   } : {
-    "c-plain-layers": [range(0, n), [want.sim.plain.rel_distance]],
+    "c-plain-layers": [range(0, n), [want.sim.naive.rel_distance]],
     "c-improved-layers": [range(0, n), [want.sim.improved.rel_distance]],
-    "c-bottom": [range(0, n), [want.sim.plain.mean_cosine, want.sim.improved.mean_cosine]],
+    "c-bottom": [range(0, n), [want.sim.naive.mean_cosine, want.sim.improved.mean_cosine]],
   };
-  expect["c-plain-rms"] = [range(0, want.sim.plain.stream_rms.length - 1), [want.sim.plain.stream_rms]];
+  expect["c-plain-rms"] = [range(0, want.sim.naive.stream_rms.length - 1), [want.sim.naive.stream_rms]];
   expect["c-improved-rms"] = [range(0, want.sim.improved.stream_rms.length - 1), [want.sim.improved.stream_rms]];
   // wait (at most 20 s) until every chart holds the wanted numbers
   const t0 = performance.now();
@@ -182,7 +182,7 @@ RMS RMSNorm LayerNorm Pre-Norm Post-Norm Pre-LN Post-LN Pre-RMSNorm QK-norm FFN 
 sigmoid softmax token logits warmup nats Transformer DenseNet depthlab gamma beta eps LM
 course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswani Radford Touvron
 Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
-none sqrt residual English GGUF TransformerLens arccos cos
+none sqrt residual English GGUF TransformerLens arccos cos ReZero rezero
 """.split())
 
 # Text nodes a reader sees (not in <code>, <pre>, <script>, hidden parts), option text of

@@ -11,9 +11,10 @@ from depthlab.cli.table import legend, table
 from depthlab.experiments import BUDGETS, EXPERIMENTS
 from depthlab.presets import PRESETS
 from depthlab.probes import shipped_configs
+from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
 
-TOGGLES = [list(itertools.compress(["--residual", "--prenorm", "--scale-writes"], bits))
-           for bits in itertools.product((0, 1), repeat=3)]
+TOGGLES = [["--residual", residual, "--norm", norm]
+           for residual, norm in itertools.product(RESIDUAL_CHOICES, NORMS)]
 
 
 def cells(line: str) -> list[str]:
@@ -69,7 +70,7 @@ def check(out: str, n_tables: int, ragged_last: bool = False) -> None:
         assert all(len(cells(line)) == len(header) for line in block[1:]), block
 
 
-@pytest.mark.parametrize("toggles", TOGGLES, ids=lambda t: "+".join(t) or "none")
+@pytest.mark.parametrize("toggles", TOGGLES, ids=lambda t: f"{t[1]}+{t[3]}")
 def test_probe_tables_align_and_explain_every_column(capsys, toggles):
     for depth, gain in ((1, 0.05), (12, 0.5), (33, 10.0)):
         stack = ["--depth", str(depth), "--gain", str(gain), *toggles]
@@ -117,20 +118,24 @@ def test_evolution_table_holds_the_zero_centred_norm_in_its_column(capsys):
     assert "pre-rmsnorm_zero_centered" in cells(anchor)
 
 
-def test_without_toggles_one_column_and_a_note(capsys):
+def test_without_switches_one_column_and_a_note(capsys):
     assert main(["probe", "gradflow", "--depth", "32", "--gain", "0.5"]) == 0
     out = capsys.readouterr().out
-    assert "the improved stack equals the plain one" in out
+    assert "the improved stack equals the naive one" in out
     per_layer = tables(out)[1][0]
-    assert cells(per_layer[0]) == ["l", "plain"]
+    assert cells(per_layer[0]) == ["l", "naive"]
     assert main(["probe", "gradflow", "--depth", "32", "--gain", "0.5", "--residual"]) == 0
     out = capsys.readouterr().out
-    assert "equals the plain one" not in out
-    assert cells(tables(out)[1][0][0]) == ["l", "plain", "residual"]
+    assert "equals the naive one" not in out
+    assert cells(tables(out)[1][0][0]) == ["l", "naive", "plain"]
+    assert main(["probe", "collapse", "--depth", "4", "--residual", "scaled", "--norm",
+                 "rmsnorm"]) == 0
+    assert cells(tables(capsys.readouterr().out)[0][0][0]) == [
+        "layer", "naive r", "naive cos", "scaled+rmsnorm r", "scaled+rmsnorm cos"]
     assert main(["probe", "collapse", "--depth", "4"]) == 0
     out = capsys.readouterr().out
-    assert "equals the plain one" in out and cells(tables(out)[0][0][0]) == [
-        "layer", "plain r", "plain cos"]
+    assert "equals the naive one" in out and cells(tables(out)[0][0][0]) == [
+        "layer", "naive r", "naive cos"]
 
 
 def test_plot_says_where_it_wrote(tmp_path, capsys):

@@ -34,21 +34,48 @@ def test_live_page(live, browser, runs):
     _wait_readout(page, 8)
     api = page.evaluate("""() => fetch('api/meta').then(r => r.json()).then(m => fetch('api/simulate', {
         method: 'POST', headers: {'content-type': 'application/json', [m.token_header]: m.write_token},
-        body: JSON.stringify({mode: 'gradient', n: 8, g: 1.0, residual: true, prenorm: false,
-                              scale_writes: false})})).then(r => r.json())""")
+        body: JSON.stringify({mode: 'gradient', n: 8, g: 1.0, residual: 'plain', norm: 'none'})}))
+        .then(r => r.json())""")
     ratio = float(page.get_attribute("#ro-improved", "data-ratio"))
     assert ratio == pytest.approx(api["improved"]["ratio"], rel=1e-12)
-    assert float(page.get_attribute("#ro-plain", "data-ratio")) == pytest.approx(api["plain"]["ratio"])
+    assert float(page.get_attribute("#ro-plain", "data-ratio")) == pytest.approx(api["naive"]["ratio"])
     assert "n=8" in page.url  # the state lives in the URL
 
-    # Flipping "residual" changes the green row (and not the red one).
+    # The switches are the model's: one radio per residual of the registry (from /api/meta),
+    # and the sliders' bounds come from meta too.
+    meta = page.evaluate("() => fetch('api/meta').then(r => r.json())")["simulator"]
+    radios = page.eval_on_selector_all("[name=sim-residual]", "els => els.map(e => e.value)")
+    assert radios == meta["residuals"]
+    assert page.get_attribute("#n", "max") == str(meta["depth"][1])
+    assert float(page.get_attribute("#g", "step")) == meta["gain_step"]
+
+    # Switching the residual to none changes the green row (and not the red one).
     plain_before = page.get_attribute("#ro-plain", "data-ratio")
-    page.click("#t-residual")
+    page.click("#t-res-none")
     page.wait_for_function("() => document.getElementById('improved-formula').textContent === 'x ← F(x)'")
     page.wait_for_function("() => document.getElementById('ro-improved').dataset.ratio === "
                            "document.getElementById('ro-plain').dataset.ratio")
     assert float(page.get_attribute("#ro-improved", "data-ratio")) != pytest.approx(ratio)
     assert page.get_attribute("#ro-plain", "data-ratio") == plain_before
+    assert "residual=none" in page.url
+
+    # ReZero: every write is zero at init, so the gradient reaches the bottom untouched.
+    page.click("#t-res-rezero")
+    page.wait_for_function("() => document.getElementById('ro-improved').dataset.ratio === '1'")
+    page.click("#t-norm")
+    page.wait_for_function("() => location.hash.includes('norm=rmsnorm')")
+    assert page.inner_text("#improved-formula") == "x ← x + a·F(RMSNorm(x)), a = 0"
+
+    # An old link (res/pre/wb) opens the same view in the model's vocabulary.
+    page.goto("about:blank")
+    page.goto(live + "#lang=en&n=8&g=1.00&res=1&pre=1&wb=1")
+    page.wait_for_function("() => location.hash.includes('residual=scaled') && "
+                           "location.hash.includes('norm=rmsnorm')", timeout=15000)
+    page.wait_for_function("() => document.getElementById('improved-formula').textContent === "
+                           "'x ← x + F(RMSNorm(x)) / √N'")
+    assert page.is_checked("#t-res-scaled") and page.is_checked("#t-norm")
+    page.goto(live + "#lang=en")
+    page.wait_for_function("() => window.DL && DL.ready", timeout=15000)
 
     # Project charts: the micro experiment's charts are drawn, with its export date.
     export = json.loads((runs / "residual" / "export.json").read_text())
@@ -104,8 +131,14 @@ def test_static_export_from_file(tmp_path, browser, runs):
     data = page.evaluate("() => JSON.parse(document.getElementById('depthlab-data').textContent)")
     from depthlab.locales import LANGS, table  # the copy carries every language's whole table
     assert data["locales"] == {lang: table(lang) for lang in LANGS} and data["meta"]["placements"]
-    want = data["improved"]["gradient"]["8|1.00|100"]["ratio"]
+    want = data["improved"]["gradient"]["8|1.00|plain|none"]["ratio"]
     assert float(page.get_attribute("#ro-improved", "data-ratio")) == pytest.approx(want)
+    assert data["meta"]["simulator"]["residuals"] == [
+        e for e in page.eval_on_selector_all("[name=sim-residual]", "els => els.map(e => e.value)")]
+    page.click("#t-res-scaled")
+    page.click("#t-norm")
+    want = data["improved"]["gradient"]["8|1.00|scaled|rmsnorm"]["ratio"]
+    page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {want}")
     page.click("#mode-collapse")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.distance !== undefined")
     page.fill("#vec", "2, 4, 6, 8")  # the norms calculator runs without a server

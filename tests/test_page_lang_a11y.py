@@ -79,8 +79,8 @@ def test_axe_no_serious_violations(lang, live, browser):
 def test_hover_reads_out_the_value(live, browser):
     page, _ = open_page(browser, live + "#lang=en&n=8&g=0.50&res=0")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.n === '8'")
-    api = page.evaluate(f"([p, b]) => ({POST_JSON})(p, b)", ["api/simulate", {"mode": "gradient", "n": 8, "g": 0.5, "residual": False,
-                                                    "prenorm": False, "scale_writes": False}])
+    api = page.evaluate(f"([p, b]) => ({POST_JSON})(p, b)", ["api/simulate", {"mode": "gradient", "n": 8, "g": 0.5, "residual": "none",
+                                                    "norm": "none"}])
     page.locator("#c-plain-layers").scroll_into_view_if_needed()
     box = page.locator("#c-plain-layers .u-over").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5 / 9, box["y"] + box["height"] * 0.9)  # over layer 1's bar
@@ -88,12 +88,12 @@ def test_hover_reads_out_the_value(live, browser):
     tip.wait_for(state="visible")
     text = tip.inner_text()
     assert text.startswith("sublayer 1:"), text
-    v = api["plain"]["per_layer"][0]
+    v = api["naive"]["per_layer"][0]
     shown = page.evaluate("(v) => DL.fmt(v, 5)", v)
     assert shown in text
     # the one-line reading beside the figure comes from the same numbers
     reading = page.inner_text("#reading-sim")
-    assert "N = 8" in reading and page.evaluate("(v) => DL.pow10(v)", api["plain"]["ratio"]) in reading
+    assert "N = 8" in reading and page.evaluate("(v) => DL.pow10(v)", api["naive"]["ratio"]) in reading
     page.close()
 
 

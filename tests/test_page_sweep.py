@@ -1,6 +1,7 @@
 """Every chart of the simulator is right for every state of every control, live and in
 the static export: each N (1..64) and each g step (0.50..2.00) is visited, under every
-toggle combination and both modes, and each chart must hold exactly the numbers the API
+setting of the switches (each residual of the registry, with and without the input norm)
+and both modes, and each chart must hold exactly the numbers the API
 (or the embedded data) gives for that state, with finite, distinct, correct tick labels,
 every value on its axis, no error, no console error, and no long task over 200 ms once the
 page has started (1 s while its scripts are parsed, which depends on the machine's load).
@@ -16,12 +17,14 @@ import itertools
 import pytest
 from page_harness import BROWSER_MARKS, CHECK_STATE, LONG_TASKS, Watch, serve
 
+from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+
 pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 
 
 GAINS = [round(0.5 + 0.05 * i, 2) for i in range(31)]
-COMBOS = [{"mode": m, "res": r, "pre": p, "wb": w}
-          for m in ("gradient", "collapse") for r, p, w in itertools.product((False, True), repeat=3)]
+COMBOS = [{"mode": m, "residual": r, "norm": n}
+          for m in ("gradient", "collapse") for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)]
 LONG_TASK_MS = 200  # once the page has started: any input, any redraw
 # While it starts, parsing and compiling the scripts (uPlot is 50 kB) is one task whose length
 # follows the machine's load (70 ms idle, near 300 ms with both cores busy): a freeze like
@@ -33,8 +36,8 @@ def states() -> list[dict]:
     out = [dict(c, n=n, g=g) for c in COMBOS for n, g in ((1, 0.5), (64, 0.5), (64, 2.0), (1, 2.0))]
     out += [dict(COMBOS[i % len(COMBOS)], n=i + 1, g=GAINS[(i * 7) % len(GAINS)]) for i in range(64)]
     # the states the first report named
-    out += [{"mode": "gradient", "n": 64, "g": 0.5, "res": True, "pre": True, "wb": True},
-            {"mode": "gradient", "n": 48, "g": 0.6, "res": False, "pre": False, "wb": False}]
+    out += [{"mode": "gradient", "n": 64, "g": 0.5, "residual": "scaled", "norm": "rmsnorm"},
+            {"mode": "gradient", "n": 48, "g": 0.6, "residual": "none", "norm": "none"}]
     return out
 
 
@@ -42,7 +45,7 @@ def test_states_cover_every_slider_value():
     visited = states()
     assert {s["n"] for s in visited} == set(range(1, 65))
     assert {s["g"] for s in visited} == set(GAINS)
-    assert {tuple(sorted((k, s[k]) for k in ("mode", "res", "pre", "wb"))) for s in visited} == \
+    assert {tuple(sorted((k, s[k]) for k in ("mode", "residual", "norm"))) for s in visited} == \
         {tuple(sorted(c.items())) for c in COMBOS}
 
 
@@ -79,7 +82,7 @@ def sweep(page, url: str, want_from: str) -> list[str]:
         if len(bad) > 20:
             break
     # drags: N through 1..64 and g through every step, ending deep; the charts end on the last state
-    page.evaluate(CHECK_STATE, [{"mode": "gradient", "n": 1, "g": 1.0, "res": True, "pre": False, "wb": False}, want_from])
+    page.evaluate(CHECK_STATE, [{"mode": "gradient", "n": 1, "g": 1.0, "residual": "plain", "norm": "none"}, want_from])
     drag(page, "n", list(range(1, 65)))
     drag(page, "g", [f"{g:.2f}" for g in reversed(GAINS)])
     bad += page.evaluate(CHECK_STATE, [{}, want_from])

@@ -14,28 +14,44 @@ def run_json(capsys, argv):
 
 def test_gradflow_json(capsys):
     out = run_json(capsys, ["probe", "gradflow", "--depth", "32", "--gain", "0.5"])
-    assert out["ratio"] <= 1e-15
-    assert len(out["per_layer"]) == 32 and out["per_layer"][-1] == 1.0
-    assert len(out["stream_rms"]) == 33
+    assert out["kind"] == "gradient" and out["request"]["residual"] == "none"
+    naive = out["naive"]
+    assert naive["ratio"] <= 1e-15 and out["improved"] == naive  # no switch: the same stack
+    assert len(naive["per_layer"]) == 32 and naive["per_layer"][-1] == 1.0
+    assert len(naive["stream_rms"]) == 33
     improved = run_json(capsys, ["probe", "gradflow", "--depth", "32", "--gain", "0.5",
-                                 "--residual", "--prenorm", "--scale-writes", "--seed", "3"])
-    assert 0.5 <= improved["ratio"] <= 5
-    assert improved["plain"]["ratio"] <= 1e-15
+                                 "--residual", "scaled", "--norm", "rmsnorm", "--seed", "3"])
+    assert 0.5 <= improved["improved"]["ratio"] <= 5
+    assert improved["naive"]["ratio"] <= 1e-15
+    assert improved["request"]["write_scale"] == pytest.approx(32 ** -0.5)
+
+
+def test_old_flags_read_as_the_models_switches(capsys):
+    new = run_json(capsys, ["probe", "collapse", "--depth", "6", "--residual", "scaled",
+                            "--norm", "rmsnorm"])
+    old = run_json(capsys, ["probe", "collapse", "--depth", "6", "--residual", "--prenorm",
+                            "--scale-writes"])
+    assert old == new
+    plain = run_json(capsys, ["probe", "collapse", "--depth", "6", "--residual"])
+    assert plain["request"]["residual"] == "plain" and plain["request"]["norm"] == "none"
 
 
 def test_gradflow_sweep_json(capsys):
-    out = run_json(capsys, ["probe", "gradflow", "--sweep", "--residual"])
-    assert len(out["gains"]) == len(out["ratios"]) == len(out["plain_ratios"]) == 31
+    out = run_json(capsys, ["probe", "gradflow", "--sweep", "--residual", "plain"])
+    assert out["kind"] == "sweep"
+    assert len(out["gains"]) == len(out["improved"]) == len(out["naive"]) == 31
     assert out["gains"][0] == 0.5 and out["gains"][-1] == 2.0
-    assert min(out["ratios"]) >= 1
+    assert min(out["improved"]) >= 1
 
 
 def test_collapse_json(capsys):
     out = run_json(capsys, ["probe", "collapse", "--depth", "32", "--gain", "1.0"])
-    assert len(out["rel_distance"]) == 33 and out["rel_distance"][-1] <= 1e-8
-    assert len(out["mean_cosine"]) == 33
-    ffn = run_json(capsys, ["probe", "collapse", "--depth", "8", "--ffn", "--residual"])
+    naive = out["naive"]
+    assert len(naive["rel_distance"]) == 33 and naive["rel_distance"][-1] <= 1e-8
+    assert len(naive["mean_cosine"]) == 33
+    ffn = run_json(capsys, ["probe", "collapse", "--depth", "8", "--ffn", "--residual", "rezero"])
     assert ffn["request"]["ffn"] is True
+    assert len(set(ffn["improved"]["rel_distance"])) == 1  # rezero: the identity at init
 
 
 def test_growth_paths_norms_json(capsys):

@@ -63,30 +63,55 @@ def test_meta(client):
     m = client.get("/api/meta").json()
     assert m["limits"]["n"] == [1, 64] and m["limits"]["g"] == [0.5, 2.0]
     assert "course" in [p["name"] for p in m["presets"]]
+    from depthlab.model.residual import RESIDUAL_BUILDERS
+
+    sim = m["simulator"]  # what the page's sliders and switches read
+    assert sim["depth"] == [1, 64] and sim["gain"] == [0.5, 2.0] and sim["gain_step"] == 0.05
+    assert sim["residuals"] == list(RESIDUAL_BUILDERS) and sim["norms"] == ["none", "rmsnorm"]
+    assert sim["cli_max_depth"] == 256
 
 
 def test_simulate_gradient_matches_probe(client):
     from depthlab.probes import StackRequest, gradient_reach
 
     r = client.post("/api/simulate", json={"mode": "gradient", "n": 8, "g": 1.5,
-                                            "residual": True, "prenorm": True}).json()
-    assert len(r["plain"]["per_layer"]) == 8 and len(r["improved"]["stream_rms"]) == 9
-    probe = gradient_reach(StackRequest(depth=8, gain=1.5, residual=True, prenorm=True))
+                                            "residual": "plain", "norm": "rmsnorm"}).json()
+    assert len(r["naive"]["per_layer"]) == 8 and len(r["improved"]["stream_rms"]) == 9
+    probe = gradient_reach(StackRequest(depth=8, gain=1.5, residual="plain", norm="rmsnorm"))
     assert r["improved"]["ratio"] == pytest.approx(probe.ratio)
-    plain = gradient_reach(StackRequest(depth=8, gain=1.5))
-    assert r["plain"]["ratio"] == pytest.approx(plain.ratio)
+    naive = gradient_reach(StackRequest(depth=8, gain=1.5))
+    assert r["naive"]["ratio"] == pytest.approx(naive.ratio)
+
+
+def test_simulate_is_the_cli_json(client, capsys):
+    """One shape for a simulator result: the API answer is what `--json` prints."""
+    import json
+
+    from depthlab.cli import main
+
+    for mode, command in (("gradient", "gradflow"), ("collapse", "collapse")):
+        api = client.post("/api/simulate", json={"mode": mode, "n": 6, "g": 0.75,
+                                                  "residual": "scaled", "norm": "rmsnorm"}).json()
+        assert main(["probe", command, "--depth", "6", "--gain", "0.75", "--residual", "scaled",
+                     "--norm", "rmsnorm", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == api
+    sweep = client.post("/api/sweep", json={"n": 6, "residual": "rezero"}).json()
+    assert main(["probe", "gradflow", "--sweep", "--depth", "6", "--residual", "rezero",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == sweep
 
 
 def test_simulate_collapse(client):
     r = client.post("/api/simulate", json={"mode": "collapse", "n": 4, "g": 1.0}).json()
-    assert len(r["plain"]["rel_distance"]) == 5 and len(r["improved"]["mean_cosine"]) == 5
-    assert r["plain"]["rel_distance"][-1] < r["plain"]["rel_distance"][0]
+    assert r["kind"] == "collapse" and r["request"]["residual"] == "plain"  # the page's default
+    assert len(r["naive"]["rel_distance"]) == 5 and len(r["improved"]["mean_cosine"]) == 5
+    assert r["naive"]["rel_distance"][-1] < r["naive"]["rel_distance"][0]
 
 
 def test_sweep(client):
-    r = client.post("/api/sweep", json={"n": 4, "residual": False}).json()
+    r = client.post("/api/sweep", json={"n": 4, "residual": "none"}).json()
     assert r["gains"][0] == 0.5 and r["gains"][-1] == 2.0
-    assert r["plain"] == r["improved"]  # all toggles off: the improved row is the plain one
+    assert r["naive"] == r["improved"]  # no switch: the improved row is the naive one
 
 
 def test_paths_norms_growth(client):
@@ -169,6 +194,10 @@ BAD = [
     ("post", "/api/simulate", {"mode": "explode"}, "mode"),
     ("post", "/api/simulate", {"residul": True}, "residul"),
     ("post", "/api/simulate", {"residual": "sometimes"}, "residual"),
+    ("post", "/api/simulate", {"residual": True}, "residual"),
+    ("post", "/api/simulate", {"norm": "layernorm"}, "norm"),
+    ("post", "/api/simulate", {"prenorm": True}, "prenorm"),
+    ("post", "/api/sweep", {"residual": "deepnorm"}, "residual"),
     ("post", "/api/sweep", {"n": 100}, "n"),
     ("post", "/api/paths", {"n": 65}, "n"),
     ("post", "/api/paths", {"a": 11}, "a"),

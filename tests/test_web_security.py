@@ -120,7 +120,7 @@ def test_the_page_request_starts_the_run(client, token, spawned):
                                   str(client.app.state.runs.root)]
     with_charset = page_headers(token, **{"content-type": "application/json; charset=utf-8"})
     r = client.post("/api/simulate", json={"n": 2}, headers=with_charset)
-    assert r.status_code == 200 and len(r.json()["plain"]["per_layer"]) == 2
+    assert r.status_code == 200 and len(r.json()["naive"]["per_layer"]) == 2
 
 
 def test_a_client_without_browser_headers_needs_json_and_the_token(client, token, spawned):

@@ -1,9 +1,13 @@
 """`depthlab probe ...`: the lesson's live experiments and exact arithmetic, as tables or JSON.
 
-The toggles (--residual, --prenorm, --scale-writes) describe the improved row; the plain
-row is always the naive stack x <- F(x) with the same N, g and seed. `--json` prints the
-toggled stack at the top level (with no toggles that is the plain stack) and the plain
-row under "plain". Depth is 1..256 here; the page's slider stops at 64.
+The improved stack is wired with the model's own switches: --residual NAME (a name of the
+model's residual registry, listed in each probe's --help; `--residual` alone is plain) and
+--norm rmsnorm|none (RMSNorm on each sublayer's input). residual=scaled multiplies every
+write by 1/sqrt(N), N the writes of the toy stack. The naive row is always x <- F(x) with
+the same N, g and seed. `--json` prints {"kind", "request", "naive", "improved"}, the
+shape the page's API sends. The old flags --prenorm (= --norm rmsnorm) and --scale-writes
+(with --residual: = --residual scaled) still work. Depth is 1..256 here; the page's slider
+stops at 64.
 """
 
 from __future__ import annotations
@@ -25,16 +29,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = psub.add_parser("gradflow", help="does the gradient reach the bottom? (--sweep: over g)",
                         description="Per-sublayer gradient relative to the top, bottom/top "
                         "ratio and stream RMS. Example: depthlab probe gradflow --depth 32 "
-                        "--gain 0.5 --residual")
+                        "--gain 0.5 --residual plain")
     _stack_args(g, default_gain=1.0)
     g.add_argument("--sweep", action="store_true",
-                   help="the ratio over 31 gains in [0.5, 2.0], plain and improved rows")
+                   help="the ratio over 31 gains in [0.5, 2.0], naive and improved rows")
     g.set_defaults(handler=gradflow)
 
     c = psub.add_parser("collapse", help="do the tokens become the same vector?",
                         description="Attention-only stack (6 tokens): relative distance from "
                         "'all tokens identical' and mean pairwise cosine per layer. Example: "
-                        "depthlab probe collapse --depth 32 --residual --prenorm --scale-writes")
+                        "depthlab probe collapse --depth 32 --residual scaled --norm rmsnorm")
     _stack_args(c, default_gain=1.0)
     c.add_argument("--ffn", action="store_true", help="a tanh FFN after every attention layer")
     c.set_defaults(handler=collapse)
@@ -77,11 +81,20 @@ def _output_args(p: argparse.ArgumentParser) -> None:
 
 
 def _stack_args(p: argparse.ArgumentParser, default_gain: float) -> None:
-    p.add_argument("--depth", type=int, default=32, help="sublayers N (1..256; the page: 1..64)")
+    from depthlab.probes.simulator_bounds import MAX_DEPTH, NORMS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
+
+    p.add_argument("--depth", type=int, default=32,
+                   help=f"sublayers N (1..{MAX_DEPTH}; the page: 1..{PAGE_MAX_DEPTH})")
     p.add_argument("--gain", type=float, default=default_gain, help="init gain g > 0")
-    p.add_argument("--residual", action="store_true", help="improved row: x + F(x)")
-    p.add_argument("--prenorm", action="store_true", help="improved row: RMSNorm on the input")
-    p.add_argument("--scale-writes", action="store_true", help="improved row: write x 1/sqrt(N)")
+    p.add_argument("--residual", nargs="?", const="plain", default="none", choices=RESIDUAL_CHOICES,
+                   metavar="NAME", help="improved row: the model's residual, one of "
+                   f"{', '.join(RESIDUAL_CHOICES)} (default none; the flag alone: plain)")
+    p.add_argument("--norm", choices=NORMS, default="none",
+                   help="improved row: rmsnorm on each sublayer's input, or none (default)")
+    p.add_argument("--prenorm", dest="norm", action="store_const", const="rmsnorm",
+                   help="old spelling of --norm rmsnorm")
+    p.add_argument("--scale-writes", action="store_true",
+                   help="old spelling: with --residual, the same as --residual scaled")
     p.add_argument("--seed", type=int, default=0)
     _output_args(p)
 
@@ -90,9 +103,14 @@ def _request(args: argparse.Namespace, **extra: object):
     from depthlab.probes import StackRequest, use_single_thread
 
     use_single_thread()
-    return StackRequest(depth=args.depth, gain=args.gain, residual=args.residual,
-                        prenorm=args.prenorm, scale_writes=args.scale_writes, seed=args.seed,
-                        **extra)
+    residual = args.residual
+    if args.scale_writes:
+        if residual not in ("plain", "scaled"):
+            raise UserError(f"--scale-writes: the 1/sqrt(N) write scale is residual=scaled and "
+                            f"needs a skip path; use --residual scaled (got --residual {residual})")
+        residual = "scaled"
+    return StackRequest(depth=args.depth, gain=args.gain, residual=residual, norm=args.norm,
+                        seed=args.seed, **extra)
 
 
 def _plot(draw, path: str, *results: object) -> None:
@@ -102,23 +120,23 @@ def _plot(draw, path: str, *results: object) -> None:
 
 
 def _columns(req) -> list[tuple[str, str]]:
-    """The compared stacks: plain, and the toggled one when a toggle is set."""
-    stacks = [("plain", "the naive stack x <- F(x)")]
-    if req.toggles != "plain":
-        stacks.append((req.toggles, "the same N, g and seed with " + req.toggles.replace(
-            "+", ", ")))
+    """The compared stacks: naive, and the switched one when a switch is set."""
+    stacks = [("naive", "the naive stack x <- F(x)")]
+    if req.label != "naive":
+        stacks.append((req.label, f"the same N, g and seed with residual={req.residual}, "
+                       f"norm={req.norm}"))
     return stacks
 
 
-def _no_toggle_note(req) -> list[str]:
-    if req.toggles != "plain":
+def _no_switch_note(req) -> list[str]:
+    if req.label != "naive":
         return []
-    return ["no toggle set: the improved stack equals the plain one (add --residual, "
-            "--prenorm or --scale-writes)"]
+    return ["no switch set: the improved stack equals the naive one (add --residual NAME "
+            "or --norm rmsnorm)"]
 
 
 def gradflow(args: argparse.Namespace) -> int:
-    from depthlab.probes import gain_sweep, gradient_reach
+    from depthlab.probes import compare, gain_sweep
 
     req = _request(args)
     stacks = _columns(req)
@@ -131,25 +149,25 @@ def gradflow(args: argparse.Namespace) -> int:
         if args.json:
             print_json(sweep.to_json())
             return 0
-        rows = [(f"{gain:.2f}", f"{plain:.2e}", f"{improved:.2e}")[:1 + len(stacks)]
-                for gain, plain, improved in zip(sweep.gains, sweep.plain_ratios, sweep.ratios,
+        rows = [(f"{gain:.2f}", f"{naive:.2e}", f"{improved:.2e}")[:1 + len(stacks)]
+                for gain, naive, improved in zip(sweep.gains, sweep.naive_ratios, sweep.ratios,
                                                  strict=True)]
         print_lines([f"bottom/top gradient ratio over the init gain, N={req.depth}, "
-                     f"seed {req.seed}", *_no_toggle_note(req),
+                     f"seed {req.seed}", *_no_switch_note(req),
                      *table(["g"] + [name for name, _ in stacks], rows),
                      *legend(("g", "init gain of every weight matrix"),
                              *((name, f"bottom/top gradient ratio of {what}")
                                for name, what in stacks))])
         return 0
-    res, plain = gradient_reach(req), gradient_reach(req.plain())
+    both = compare(req, "gradient")
     if args.plot:
         from depthlab.probes.plots import plot_gradflow
 
-        _plot(plot_gradflow, args.plot, plain, res)
+        _plot(plot_gradflow, args.plot, both.naive, both.improved)
     if args.json:
-        print_json(res.to_json() | {"plain": plain.to_json()})
+        print_json(both.to_json())
         return 0
-    results = [plain, res][:len(stacks)]
+    results = [both.naive, both.improved][:len(stacks)]
     summary = [(name, f"{r.ratio:.2e}", f"{r.stream_rms[0]:.3f}", f"{r.stream_rms[-1]:.3g}")
                for (name, _), r in zip(stacks, results, strict=True)]
     per_layer = [(i, *(f"{r.per_layer[i - 1]:.2e}" for r in results))
@@ -157,7 +175,7 @@ def gradflow(args: argparse.Namespace) -> int:
     print_lines([
         f"gradient reach, N={req.depth}, g={req.gain}, seed {req.seed} "
         f"(tanh two-matrix sublayers, {req.tokens} tokens of width {req.width})",
-        *_no_toggle_note(req),
+        *_no_switch_note(req),
         *table(["stack", "bottom/top", "RMS in", "RMS out"], summary, left={0}),
         *legend(("stack", "; ".join(f"{name}: {what}" for name, what in stacks)),
                 ("bottom/top", "gradient at the bottom sublayer's input / at the top's"),
@@ -173,27 +191,27 @@ def gradflow(args: argparse.Namespace) -> int:
 
 
 def collapse(args: argparse.Namespace) -> int:
-    from depthlab.probes import token_collapse
+    from depthlab.probes import compare
 
     req = _request(args, ffn=args.ffn)
     stacks = _columns(req)
-    res, plain = token_collapse(req), token_collapse(req.plain())
+    both = compare(req, "collapse")
     if args.plot:
         from depthlab.probes.plots import plot_collapse
 
-        _plot(plot_collapse, args.plot, plain, res)
+        _plot(plot_collapse, args.plot, both.naive, both.improved)
     if args.json:
-        print_json(res.to_json() | {"plain": plain.to_json()})
+        print_json(both.to_json())
         return 0
-    results = [plain, res][:len(stacks)]
+    results = [both.naive, both.improved][:len(stacks)]
     rows = [(i, *(cell for r in results
                   for cell in (f"{r.rel_distance[i]:.2e}", f"{r.mean_cosine[i]:.3f}")))
-            for i in range(len(plain.rel_distance))]
+            for i in range(len(both.naive.rel_distance))]
     kind = "attention + FFN" if req.ffn else "attention only"
     print_lines([
         f"token collapse, {kind}, N={req.depth}, g={req.gain}, seed {req.seed}, "
         f"{req.tokens} tokens",
-        *_no_toggle_note(req),
+        *_no_switch_note(req),
         *table(["layer"] + [f"{name} {q}" for name, _ in stacks for q in ("r", "cos")], rows),
         *legend(("layer", "after that many layers, 0 = the input"),
                 ("r", "distance from all tokens equal, |X - mean token| / |X|: 0 = collapsed"),

@@ -32,10 +32,10 @@ _LAZY = {
                                "real_growth", "stream_growth"),
     "depthlab.probes.real": ("RealRequest", "RealResult", "real_probe"),
     "depthlab.probes.realmodel": ("probe_run_dir", "realmodel_probes"),
-    "depthlab.probes.simulator": ("MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS", "CollapseResult",
-                                  "GradResult", "StackRequest", "SweepResult", "gain_sweep",
-                                  "gradient_reach", "mean_cosine", "rel_distance",
-                                  "token_collapse"),
+    "depthlab.probes.simulator_bounds": ("MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS"),
+    "depthlab.probes.simulator": ("CollapseResult", "Comparison", "GradResult", "StackRequest", "SweepResult",
+                                  "compare", "gain_sweep", "gradient_reach", "mean_cosine",
+                                  "rel_distance", "residual_choices", "token_collapse"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -61,12 +61,13 @@ def use_single_thread() -> None:
 
 
 __all__ = [
-    "MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS", "Anatomy", "CollapseResult", "GradResult",
+    "MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS", "Anatomy", "CollapseResult", "Comparison",
+    "GradResult",
     "GrowthRequest", "GrowthResult", "NormComparison", "PathExpansion", "RealGrowthResult",
     "RealRequest", "RealResult", "StackRequest", "SweepResult", "anatomy", "anatomy_of",
-    "anatomy_of_preset", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
+    "anatomy_of_preset", "compare", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
     "mean_cosine", "model_config_from_hf", "probe_run_dir", "real_growth", "real_probe",
     "realmodel_probes", "rel_distance",
-    "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
+    "residual_choices", "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
     "token_collapse", "use_single_thread",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from depthlab.errors import UserError
 
-PLAIN, IMPROVED = "#c0392b", "#27ae60"  # the page's colours: plain row red, improved green
+PLAIN, IMPROVED = "#c0392b", "#27ae60"  # the page's colours: naive row red, improved green
 
 
 def _figure(ncols: int = 1) -> tuple[Any, Any]:
@@ -39,7 +39,7 @@ def _save(fig: Any, path: str) -> None:
 def plot_gradflow(plain: Any, improved: Any, path: str) -> None:
     """Per-sublayer gradient (relative to the top) and stream RMS, both rows."""
     fig, ax = _figure(2)
-    for res, colour, label in ((plain, PLAIN, "plain"), (improved, IMPROVED, improved.request.toggles)):
+    for res, colour, label in ((plain, PLAIN, "naive"), (improved, IMPROVED, improved.request.label)):
         ax[0][0].semilogy(range(1, len(res.per_layer) + 1), res.per_layer, "o-", ms=3,
                           color=colour, label=label)
         ax[0][1].plot(range(len(res.stream_rms)), res.stream_rms, "o-", ms=3, color=colour,
@@ -57,8 +57,8 @@ def plot_gradflow(plain: Any, improved: Any, path: str) -> None:
 def plot_sweep(sweep: Any, path: str) -> None:
     fig, ax = _figure()
     a = ax[0][0]
-    a.semilogy(sweep.gains, sweep.plain_ratios, "o-", ms=3, color=PLAIN, label="plain")
-    a.semilogy(sweep.gains, sweep.ratios, "o-", ms=3, color=IMPROVED, label=sweep.request.toggles)
+    a.semilogy(sweep.gains, sweep.naive_ratios, "o-", ms=3, color=PLAIN, label="naive")
+    a.semilogy(sweep.gains, sweep.ratios, "o-", ms=3, color=IMPROVED, label=sweep.request.label)
     a.axhline(1.0, color="grey", lw=0.8)
     a.set(xlabel="init gain g (weights ~ N(0, g^2/fan_in))", ylabel="bottom / top gradient ratio",
           title=f"the knife edge, N={sweep.request.depth}, seed {sweep.request.seed}")
@@ -68,7 +68,7 @@ def plot_sweep(sweep: Any, path: str) -> None:
 
 def plot_collapse(plain: Any, improved: Any, path: str) -> None:
     fig, ax = _figure(2)
-    for res, colour, label in ((plain, PLAIN, "plain"), (improved, IMPROVED, improved.request.toggles)):
+    for res, colour, label in ((plain, PLAIN, "naive"), (improved, IMPROVED, improved.request.label)):
         layers = range(len(res.rel_distance))
         ax[0][0].semilogy(layers, res.rel_distance, "o-", ms=3, color=colour, label=label)
         ax[0][1].plot(layers, res.mean_cosine, "o-", ms=3, color=colour, label=label)

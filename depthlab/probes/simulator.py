@@ -1,9 +1,9 @@
-"""The lesson's simulator: N random sublayers stacked plain or with the three toggles.
+"""The lesson's simulator: N random sublayers, stacked naively or wired like the model.
 
 Two sublayer forms, weights ~ normal(0, g^2 / fan_in), 6 tokens of width 16, float64:
 
 * gradient mode, F(x) = tanh(x W1) W2: for small activations the Jacobian has gain
-  about g^2 per sublayer (two matrices of gain g), so a plain stack scales the gradient
+  about g^2 per sublayer (two matrices of gain g), so a naive stack scales the gradient
   by roughly g^(2N); at large g tanh saturates and caps the growth (the knife edge).
 * collapse mode, single-head causal attention, F(X) = softmax(Q K^T / sqrt(d)) V with
   random Q, K, V projections: every output row is a weighted average of earlier rows,
@@ -12,8 +12,22 @@ Two sublayer forms, weights ~ normal(0, g^2 / fan_in), 6 tokens of width 16, flo
   Causal averaging of 6 tokens contracts the spread by 1/2 per layer once the pattern
   is flat (the second eigenvalue of the uniform causal average), the lesson's rate.
 
-The improved stack applies any of: residual x + F(x) (He et al. 2016), RMSNorm on the
-sublayer input (Pre-Norm, Xiong et al. 2020) and a write-back times 1/sqrt(N).
+The improved stack is wired with the model's own switches and modules, so there is one
+write rule, the one of `Block.forward`:
+
+    h = residual.read(x); h = norm(h); x = residual(x, residual.scale(F(h)))
+
+`residual` is any entry of the model's registry (depthlab.model.residual: none, plain,
+scaled, rezero, and whatever is added there), `norm` is `none` or the model's RMSNorm
+(scale 1, eps 1e-12) on the sublayer input (Pre-Norm, Xiong et al. 2020). The write
+scale is `ModelConfig.write_scale` of a toy config whose n_writes is the number of
+writes in the toy stack: 1/sqrt(N) for residual=scaled (1/sqrt(2N) with ffn=True).
+The naive stack is residual=none, norm=none: x <- F(x).
+
+A residual that widens the stream (open: [.., T, D] -> [.., T, n, D], close: back) works
+as its module does: stream RMS and gradient norms are taken over every element of the
+stream (all copies), the collapse metrics and the readout on close(stream).
+
 Weights are drawn from one generator seeded by (seed, N), then multiplied by g, so the
 same request always gives the same numbers and a sweep over g is a smooth curve.
 Every function takes a leading "gain" batch dimension so a sweep is one pass.
@@ -27,14 +41,20 @@ from functools import lru_cache
 
 import torch
 
+from depthlab.config import ModelConfig
 from depthlab.errors import UserError
+from depthlab.model.norms import make_norm
+from depthlab.model.residual import RESIDUAL_BUILDERS, RESIDUAL_PARAMETERS, Residual
 from depthlab.probes.jsonsafe import json_list, json_number
+from depthlab.probes.simulator_bounds import MAX_DEPTH, MAX_GAIN, NORMS, SWEEP_GAINS
 
 DTYPE = torch.float64  # ratios reach 1e-20; float32 would round them to noise
-MAX_DEPTH = 256  # the CLI's bound; the page's slider stops at PAGE_MAX_DEPTH
-PAGE_MAX_DEPTH = 64
-MAX_GAIN = 10.0
-SWEEP_GAINS = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.50, 0.55, ..., 2.00
+NORM_EPS = 1e-12  # RMSNorm's eps here: the toy tokens have RMS ~1, far from any eps
+
+
+def residual_choices() -> tuple[str, ...]:
+    """The model's residual registry, read at call time: a new entry appears here unedited."""
+    return tuple(RESIDUAL_BUILDERS)
 
 
 def _check(name: str, ok: bool, allowed: str, value: object) -> None:
@@ -43,14 +63,26 @@ def _check(name: str, ok: bool, allowed: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
+class ToyConfig(ModelConfig):
+    """A ModelConfig whose n_writes is the toy stack's own count (N, or 2N with FFNs),
+    so `write_scale` and every builder of the registry read the toy stack's depth
+    (n_layers = ceil(writes / 2): two writes make a layer, as in the model)."""
+
+    writes: int = 2
+
+    @property
+    def n_writes(self) -> int:
+        return self.writes
+
+
+@dataclass(frozen=True)
 class StackRequest:
-    """One simulator stack. The toggles describe the improved row; all False is the plain row."""
+    """One simulator stack in the model's vocabulary. residual=none, norm=none is the naive row."""
 
     depth: int = 32  # N sublayers (attention sublayers in collapse mode)
     gain: float = 1.0  # g: weights ~ normal(0, g^2 / fan_in)
-    residual: bool = False
-    prenorm: bool = False
-    scale_writes: bool = False  # write-back times 1/sqrt(N)
+    residual: str = "none"  # a name of depthlab.model.residual's registry
+    norm: str = "none"  # none | rmsnorm on each sublayer's input
     ffn: bool = False  # collapse mode only: a tanh FFN after every attention sublayer
     seed: int = 0
     tokens: int = 6
@@ -61,6 +93,9 @@ class StackRequest:
                f"an integer between 1 and {MAX_DEPTH}", self.depth)
         _check("gain", isinstance(self.gain, (int, float)) and math.isfinite(self.gain)
                and 0 < self.gain <= MAX_GAIN, f"a number in (0, {MAX_GAIN}]", self.gain)
+        _check("residual", self.residual in residual_choices(),
+               "one of " + ", ".join(residual_choices()), self.residual)
+        _check("norm", self.norm in NORMS, "one of " + ", ".join(NORMS), self.norm)
         _check("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**31,
                "an integer >= 0", self.seed)
         _check("tokens", isinstance(self.tokens, int) and 2 <= self.tokens <= 256,
@@ -68,17 +103,33 @@ class StackRequest:
         _check("width", isinstance(self.width, int) and 2 <= self.width <= 1024,
                "an integer between 2 and 1024", self.width)
 
-    def plain(self) -> StackRequest:
+    def naive(self) -> StackRequest:
         """The naive stack x <- F(x) with the same N, g, seed and sizes."""
-        return replace(self, residual=False, prenorm=False, scale_writes=False)
+        return replace(self, residual="none", norm="none")
 
     @property
-    def toggles(self) -> str:
-        on = [n for n in ("residual", "prenorm", "scale_writes") if getattr(self, n)]
-        return "+".join(on) or "plain"
+    def writes(self) -> int:
+        """Writes into the stream: one per sublayer (two per layer with FFNs)."""
+        return self.depth * (2 if self.ffn else 1)
+
+    def config(self) -> ToyConfig:
+        """The model's switches for this stack (its n_writes = the toy stack's writes)."""
+        return ToyConfig(n_layers=max(1, math.ceil(self.writes / 2)), d_model=self.width,
+                         n_heads=1, norm=self.norm, norm_eps=NORM_EPS, residual=self.residual,
+                         writes=self.writes)
+
+    @property
+    def label(self) -> str:
+        """The switches that differ from the naive stack, e.g. "plain+rmsnorm"; "naive" if none."""
+        on = [v for v in (self.residual, self.norm) if v != "none"]
+        return "+".join(on) or "naive"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"write_scale": self.config().write_scale}
+
+
+def _row(result: object, fields: tuple[str, ...]) -> dict:
+    return {name: json_list(getattr(result, name)) for name in fields}
 
 
 @dataclass(frozen=True)
@@ -91,24 +142,9 @@ class GradResult:
     ratio: float  # bottom / top = per_layer[0]
     stream_rms: tuple[float, ...]  # RMS of the stream: index 0 = input, k = after write k
 
-    def to_json(self) -> dict:
-        return {"kind": "gradflow", "request": self.request.to_json(), "ratio": json_number(self.ratio),
-                "per_layer": json_list(self.per_layer), "grad_norm": json_list(self.grad_norm),
-                "stream_rms": json_list(self.stream_rms)}
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """Bottom/top ratio over g for the plain row and the improved row (the request's toggles)."""
-
-    request: StackRequest  # its gain is ignored
-    gains: tuple[float, ...]
-    ratios: tuple[float, ...]  # improved row
-    plain_ratios: tuple[float, ...]
-
-    def to_json(self) -> dict:
-        return {"kind": "sweep", "request": self.request.to_json(), "gains": list(self.gains),
-                "ratios": json_list(self.ratios), "plain_ratios": json_list(self.plain_ratios)}
+    def row(self) -> dict:
+        return {"ratio": json_number(self.ratio)} | _row(self, ("per_layer", "grad_norm",
+                                                                 "stream_rms"))
 
 
 @dataclass(frozen=True)
@@ -120,10 +156,37 @@ class CollapseResult:
     mean_cosine: tuple[float, ...]  # mean cosine over all pairs of distinct tokens
     stream_rms: tuple[float, ...]
 
+    def row(self) -> dict:
+        return _row(self, ("rel_distance", "mean_cosine", "stream_rms"))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The naive and the improved stack for one request: the one JSON shape of a simulator
+    result, printed by `depthlab probe gradflow|collapse --json` and sent by /api/simulate."""
+
+    kind: str  # gradient | collapse
+    naive: GradResult | CollapseResult
+    improved: GradResult | CollapseResult
+
     def to_json(self) -> dict:
-        return {"kind": "collapse", "request": self.request.to_json(),
-                "rel_distance": json_list(self.rel_distance), "mean_cosine": json_list(self.mean_cosine),
-                "stream_rms": json_list(self.stream_rms)}
+        return {"kind": self.kind, "request": self.improved.request.to_json(),
+                "naive": self.naive.row(), "improved": self.improved.row()}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Bottom/top ratio over g for the naive row and the improved row (the request's switches);
+    the JSON shape of `probe gradflow --sweep --json` and /api/sweep."""
+
+    request: StackRequest  # its gain is ignored
+    gains: tuple[float, ...]
+    ratios: tuple[float, ...]  # improved row
+    naive_ratios: tuple[float, ...]
+
+    def to_json(self) -> dict:
+        return {"kind": "sweep", "request": self.request.to_json(), "gains": list(self.gains),
+                "naive": json_list(self.naive_ratios), "improved": json_list(self.ratios)}
 
 
 # ---- the shared pieces -----------------------------------------------------------------
@@ -144,14 +207,9 @@ def _unit_weights(gen: torch.Generator, n: int, width: int) -> torch.Tensor:
     return torch.randn(n, width, width, generator=gen, dtype=DTYPE) / math.sqrt(width)
 
 
-def rms_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """RMSNorm without a learned scale (gamma is 1 at init): x / RMS(x) per token."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-
-
 def _rms(x: torch.Tensor) -> torch.Tensor:
-    """RMS over all tokens and features, per gain: [G, T, d] -> [G]."""
-    return x.pow(2).mean(dim=(-2, -1)).sqrt()
+    """RMS over every element after the leading gain dimension: [G, ...] -> [G]."""
+    return x.flatten(1).pow(2).mean(dim=1).sqrt()
 
 
 def _tanh_sublayer(h: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -167,10 +225,45 @@ def _attention_sublayer(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
     return pattern @ (h @ wv)  # each token: a weighted average of itself and earlier tokens
 
 
-def _write(x: torch.Tensor, f: torch.Tensor, req: StackRequest, n_writes: int) -> torch.Tensor:
-    if req.scale_writes:
-        f = f / math.sqrt(n_writes)
-    return x + f if req.residual else f
+class Wiring:
+    """The model's modules for each write of a toy stack: one residual module per write (as
+    `Block` holds one per sublayer) and the input norm, built from the stack's config.
+    Nothing trains them, so one set serves every request with that config (`wiring`)."""
+
+    def __init__(self, cfg: ToyConfig) -> None:
+        with torch.random.fork_rng(devices=[]):  # a residual with random init: fixed, and
+            torch.manual_seed(0)                 # the caller's generator left untouched
+            self.residuals = [self._residual(cfg) for _ in range(cfg.n_writes)]
+        norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
+        self.norm = None if norm is None else norm.to(DTYPE).requires_grad_(False)
+
+    @staticmethod
+    def _residual(cfg: ToyConfig) -> Residual:
+        module = RESIDUAL_BUILDERS[cfg.residual](cfg).to(DTYPE)
+        for part in module.modules():  # the model's init_weights does the same
+            if isinstance(part, RESIDUAL_PARAMETERS):
+                part.reset_parameters()
+        return module.requires_grad_(False)  # only the stream's gradient is measured
+
+    def open(self, x: torch.Tensor) -> torch.Tensor:
+        return self.residuals[0].open(x)
+
+    def close(self, stream: torch.Tensor) -> torch.Tensor:
+        return self.residuals[-1].close(stream)
+
+    def write(self, k: int, stream: torch.Tensor, sublayer, *weights: torch.Tensor) -> torch.Tensor:
+        """Write k, sublayer(h, *weights): the rule of `Block.forward`, with the model's
+        residual and norm modules."""
+        residual = self.residuals[k]
+        h = residual.read(stream)
+        if self.norm is not None:
+            h = self.norm(h)
+        return residual(stream, residual.scale(sublayer(h, *weights)))
+
+
+@lru_cache(maxsize=64)
+def wiring(cfg: ToyConfig) -> Wiring:
+    return Wiring(cfg)
 
 
 # ---- gradient reach ----------------------------------------------------------------------
@@ -181,26 +274,25 @@ def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tenso
     w = _unit_weights(gen, 2 * req.depth, req.width)
     readout = torch.randn(req.tokens, req.width, generator=gen, dtype=DTYPE)
     g = gains.to(DTYPE).view(-1, 1, 1)
-    x = _inputs(req).expand(len(gains), -1, -1)
+    wired = wiring(replace(req, ffn=False).config())
+    x = wired.open(_inputs(req).expand(len(gains), -1, -1))
     inputs, rms = [], [_rms(x)]
     with torch.enable_grad():
         for layer in range(req.depth):
             x = x.detach().requires_grad_() if layer == 0 else x
             x.retain_grad()
             inputs.append(x)
-            h = rms_normalize(x) if req.prenorm else x
-            f = _tanh_sublayer(h, g * w[2 * layer], g * w[2 * layer + 1])
-            x = _write(x, f, req, req.depth)
+            x = wired.write(layer, x, _tanh_sublayer, g * w[2 * layer], g * w[2 * layer + 1])
             rms.append(_rms(x))
         # Loss: a fixed random readout of the top's output, so only depth shapes the gradient.
-        (x * readout).sum().backward()
-    norms = torch.stack([t.grad.pow(2).sum(dim=(-2, -1)).sqrt() for t in inputs], dim=1)
+        (wired.close(x) * readout).sum().backward()
+    norms = torch.stack([t.grad.flatten(1).pow(2).sum(dim=1).sqrt() for t in inputs], dim=1)
     return norms, torch.stack([r.detach() for r in rms], dim=1)
 
 
 @lru_cache(maxsize=512)
 def gradient_reach(req: StackRequest) -> GradResult:
-    """Does the gradient reach the bottom? One stack, the toggles of `req`."""
+    """Does the gradient reach the bottom? One stack, the switches of `req`."""
     norms, rms = _gradient_batch(req, torch.tensor([float(req.gain)]))
     norms, rms = norms[0], rms[0]
     per_layer = norms / norms[-1]
@@ -210,15 +302,15 @@ def gradient_reach(req: StackRequest) -> GradResult:
 
 @lru_cache(maxsize=64)
 def gain_sweep(req: StackRequest, gains: tuple[float, ...] = SWEEP_GAINS) -> SweepResult:
-    """Bottom/top ratio over g (default 31 gains in [0.5, 2.0]), plain and improved rows,
+    """Bottom/top ratio over g (default 31 gains in [0.5, 2.0]), naive and improved rows,
     each computed as one batched pass over all gains."""
     for value in gains:
         replace(req, gain=value)  # validates each gain
     g = torch.tensor(gains, dtype=DTYPE)
     improved, _ = _gradient_batch(req, g)
-    plain, _ = _gradient_batch(req.plain(), g)
+    naive, _ = _gradient_batch(req.naive(), g)
     ratio = lambda n: tuple((n[:, 0] / n[:, -1]).tolist())
-    return SweepResult(req, tuple(gains), ratio(improved), ratio(plain))
+    return SweepResult(req, tuple(gains), ratio(improved), ratio(naive))
 
 
 # ---- token collapse ------------------------------------------------------------------------
@@ -243,19 +335,29 @@ def token_collapse(req: StackRequest) -> CollapseResult:
     gen = _generator(req.seed, req.depth, "attn")
     per_layer = 5 if req.ffn else 3
     w = req.gain * _unit_weights(gen, per_layer * req.depth, req.width)
-    n_writes = req.depth * (2 if req.ffn else 1)
-    x = _inputs(req)
-    states = [x]
+    wired = wiring(req.config())
+    x = wired.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
+    states, rms = [wired.close(x)[0]], [_rms(x)[0]]
     with torch.no_grad():
+        k = 0
         for layer in range(req.depth):
             wq, wk, wv, *ffn = w[per_layer * layer: per_layer * (layer + 1)]
-            h = rms_normalize(x) if req.prenorm else x
-            x = _write(x, _attention_sublayer(h, wq, wk, wv), req, n_writes)
+            x = wired.write(k, x, _attention_sublayer, wq, wk, wv)
+            k += 1
             if ffn:
-                h = rms_normalize(x) if req.prenorm else x
-                x = _write(x, _tanh_sublayer(h, *ffn), req, n_writes)
-            states.append(x)
+                x = wired.write(k, x, _tanh_sublayer, *ffn)
+                k += 1
+            states.append(wired.close(x)[0])
+            rms.append(_rms(x)[0])
     stack = torch.stack(states)
     return CollapseResult(req, tuple(rel_distance(stack).tolist()),
-                          tuple(mean_cosine(stack).tolist()),
-                          tuple(stack.pow(2).mean(dim=(-2, -1)).sqrt().tolist()))
+                          tuple(mean_cosine(stack).tolist()), tuple(torch.stack(rms).tolist()))
+
+
+MODES = {"gradient": gradient_reach, "collapse": token_collapse}
+
+
+def compare(req: StackRequest, mode: str) -> Comparison:
+    """The naive stack beside `req`'s for one mode (gradient | collapse)."""
+    probe = MODES[mode]
+    return Comparison(mode, probe(req.naive()), probe(req))

@@ -195,7 +195,7 @@ def _add_probe_routes(app: FastAPI) -> None:
     """The simulator and the exact arithmetic: POSTs, computed by depthlab.web.compute."""
 
     @app.post("/api/simulate", tags=["simulator"],
-              summary="Plain (red) and improved (green) stack for one N, g and toggles")
+              summary="Naive (red) and improved (green) stack for one N, g and switches")
     def simulate(req: Annotated[SimulateRequest, Body()]) -> dict:
         return compute.simulate(req)
 

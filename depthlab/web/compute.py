@@ -45,49 +45,23 @@ def _cached(maxsize: int):
 def _stack(req: SimulateRequest | SweepRequest, **kw):
     from depthlab.probes.simulator import StackRequest
 
-    return StackRequest(depth=req.n, residual=req.residual, prenorm=req.prenorm,
-                        scale_writes=req.scale_writes, **kw)
-
-
-def _clean(values) -> list[float | None]:
-    """JSON has no inf/nan: send them as null (the charts leave a gap)."""
-    from depthlab.probes.simulator import json_list
-
-    return json_list(tuple(values))
+    return StackRequest(depth=req.n, residual=req.residual, norm=req.norm, **kw)
 
 
 @_cached(maxsize=2048)
 def simulate(req: SimulateRequest) -> dict:
-    """Both rows of the simulator for one (mode, N, g, toggles)."""
-    from depthlab.probes.simulator import gradient_reach, token_collapse
+    """Both rows of the simulator for one (mode, N, g, switches): the CLI's JSON shape."""
+    from depthlab.probes.simulator import compare
 
-    improved = _stack(req, gain=req.g)
-    rows = {"plain": improved.plain(), "improved": improved}
-    out: dict = {"mode": req.mode, "n": req.n, "g": req.g, "toggles": _toggles(req)}
-    for name, stack in rows.items():
-        if req.mode == "gradient":
-            r = gradient_reach(stack)
-            out[name] = {"per_layer": _clean(r.per_layer), "ratio": _clean([r.ratio])[0],
-                         "stream_rms": _clean(r.stream_rms)}
-        else:
-            r = token_collapse(stack)
-            out[name] = {"rel_distance": _clean(r.rel_distance),
-                         "mean_cosine": _clean(r.mean_cosine), "stream_rms": _clean(r.stream_rms)}
-    return out
+    return compare(_stack(req, gain=req.g), req.mode).to_json()
 
 
 @_cached(maxsize=512)
 def sweep(req: SweepRequest) -> dict:
-    """Bottom/top gradient ratio over g, plain and improved rows."""
+    """Bottom/top gradient ratio over g, naive and improved rows."""
     from depthlab.probes.simulator import gain_sweep
 
-    r = gain_sweep(_stack(req))
-    return {"n": req.n, "toggles": _toggles(req), "gains": list(r.gains),
-            "plain": _clean(r.plain_ratios), "improved": _clean(r.ratios)}
-
-
-def _toggles(req) -> dict:
-    return {"residual": req.residual, "prenorm": req.prenorm, "scale_writes": req.scale_writes}
+    return gain_sweep(_stack(req)).to_json()
 
 
 @_cached(maxsize=256)

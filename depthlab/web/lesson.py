@@ -55,5 +55,7 @@ def page_facts() -> dict:
     """What /api/meta and a static copy's meta both tell the page: bounds, the norm
     placements a block can take, the presets. The page hard-codes none of them."""
     from depthlab.config import PLACEMENTS
+    from depthlab.probes.simulator_bounds import page_bounds
 
-    return {"limits": limits(), "placements": list(PLACEMENTS), "presets": presets()}
+    return {"limits": limits(), "placements": list(PLACEMENTS), "presets": presets(),
+            "simulator": page_bounds()}

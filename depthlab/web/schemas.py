@@ -11,8 +11,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-MAX_N = 64  # the simulator's depth slider
-MIN_G, MAX_G = 0.5, 2.0  # the gain slider
+from depthlab.probes.simulator_bounds import NORMS, PAGE_GAINS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
+
+MAX_N = PAGE_MAX_DEPTH  # the simulator's depth slider
+MIN_G, MAX_G = PAGE_GAINS  # the gain slider
 MAX_VECTOR = 64  # the norms calculator
 MAX_ABS = 1e6
 MAX_PATH_N = 64
@@ -36,15 +38,17 @@ Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the st
 Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
 
-class Toggles(_Request):
-    """The improved (green) row; all off gives the plain (red) row."""
+class Switches(_Request):
+    """The improved (green) row in the model's vocabulary; none, none is the naive (red) row."""
 
-    residual: bool = Field(True, description="x + F(x) instead of F(x)")
-    prenorm: bool = Field(False, description="RMSNorm on each sublayer's input")
-    scale_writes: bool = Field(False, description="write-back times 1/sqrt(N)")
+    residual: Literal[RESIDUAL_CHOICES] = Field(  # type: ignore[valid-type]
+        "plain", description="the model's residual (depthlab.model.residual): none x <- F(x), "
+        "plain x + F(x), scaled x + F(x)/sqrt(N), rezero x + a F(x) with a = 0 at init")
+    norm: Literal[NORMS] = Field(  # type: ignore[valid-type]
+        "none", description="rmsnorm: the model's RMSNorm on each sublayer's input (Pre-Norm)")
 
 
-class SimulateRequest(Toggles):
+class SimulateRequest(Switches):
     mode: Literal["gradient", "collapse"] = Field(
         "gradient", description="gradient: does the gradient reach the bottom; "
         "collapse: do the tokens become the same")
@@ -52,7 +56,7 @@ class SimulateRequest(Toggles):
     g: Gain = 1.0
 
 
-class SweepRequest(Toggles):
+class SweepRequest(Switches):
     n: Depth = 32
 
 

@@ -8,7 +8,8 @@
   const DL = (window.DL = window.DL || {});
   DL.stats = { requests: 0, inFlight: 0, maxInFlight: 0 };
 
-  const bits = (t) => (t.residual ? "1" : "0") + (t.prenorm ? "1" : "0") + (t.scale_writes ? "1" : "0");
+  // The static export's key of one switch setting (depthlab/web/export.py switch_key).
+  const switchKey = (req) => req.residual + "|" + req.norm;
 
   function lru(limit) {
     const m = new Map();
@@ -113,14 +114,16 @@
       locale: (lang) => need((data.locales || {})[lang], "the " + lang + " text"),
       // The embedded grid holds only some N and g: move the state onto it.
       snap: (st) => Object.assign({}, st, { n: nearest(grid.n, st.n), g: nearest(grid.g, st.g) }),
+      // The rows as /api/simulate sends them; the request holds the fields the page reads.
       simulate(req) {
         const ng = req.n + "|" + req.g.toFixed(2);
-        const plain = data.plain[req.mode][ng];
-        const improved = data.improved[req.mode][ng + "|" + bits(req)];
-        if (!plain || !improved) return need(undefined, "N=" + req.n + ", g=" + req.g);
-        return Promise.resolve({ mode: req.mode, n: req.n, g: req.g, plain, improved });
+        const naive = data.naive[req.mode][ng];
+        const improved = data.improved[req.mode][ng + "|" + switchKey(req)];
+        if (!naive || !improved) return need(undefined, "N=" + req.n + ", g=" + req.g + ", " + switchKey(req));
+        const request = { depth: req.n, gain: req.g, residual: req.residual, norm: req.norm };
+        return Promise.resolve({ kind: req.mode, request, naive, improved });
       },
-      sweep: (req) => need(data.sweep[req.n + "|" + bits(req)], "the sweep at N=" + req.n),
+      sweep: (req) => need(data.sweep[req.n + "|" + switchKey(req)], "the sweep at N=" + req.n),
       paths: (req) => Promise.resolve(DL.arith.paths(req.n, req.a)),
       norms: (req) => Promise.resolve(DL.arith.norms(req.x, req.eps)),
       growth: () => need(data.growth, "the growth probe"),

@@ -35,7 +35,7 @@
   const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel"];
   // Which figures a changed state key concerns.
   const ROUTES = {
-    mode: ["sim"], n: ["sim"], g: ["sim"], res: ["sim"], pre: ["sim"], wb: ["sim"],
+    mode: ["sim"], n: ["sim"], g: ["sim"], residual: ["sim"], norm: ["sim"],
     flow: ["dataflow"], stage: ["dataflow"], preset: ["block"], place: ["block"],
     pn: ["formula"], pa: ["formula"], vec: ["norms"],
     rrun: ["realmodel"], rp: ["realmodel"], rtext: ["realmodel"], rtgt: ["realmodel"],
@@ -44,9 +44,6 @@
   function controls(s) {
     $("n").value = s.n;
     $("g").value = s.g;
-    $("t-residual").checked = s.res;
-    $("t-prenorm").checked = s.pre;
-    $("t-scale").checked = s.wb;
     document.querySelectorAll(".tabs [data-mode]").forEach((b) => {
       b.setAttribute("aria-selected", String(b.dataset.mode === s.mode));
       b.classList.toggle("on", b.dataset.mode === s.mode);
@@ -80,9 +77,7 @@
   };
   $("n").addEventListener("input", (e) => input({ n: +e.target.value }));
   $("g").addEventListener("input", (e) => input({ g: +e.target.value }));
-  $("t-residual").addEventListener("change", (e) => input({ res: e.target.checked }));
-  $("t-prenorm").addEventListener("change", (e) => input({ pre: e.target.checked }));
-  $("t-scale").addEventListener("change", (e) => input({ wb: e.target.checked }));
+  sim.onSwitch(input); // the residual and norm switches, built by simulator.js from /api/meta
   document.querySelectorAll(".tabs [data-mode]").forEach((b) =>
     b.addEventListener("click", () => input({ mode: b.dataset.mode })));
   $("lang").addEventListener("click", () => DL.state.set({ lang: DL.lang() === "zh" ? "en" : "zh" }));

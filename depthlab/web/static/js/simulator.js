@@ -1,7 +1,9 @@
-// The simulator (lesson section 2a/2b): a plain stack (red row) beside an improved one
-// (green row) for one N, g and set of toggles. Two figures share the controls:
-// gradient mode (per-layer gradient bars, stream RMS, bottom/top ratio over g) and
-// collapse mode (distance from all-equal per layer, stream RMS, mean cosine).
+// The simulator (lesson section 2a/2b): the naive stack (red row) beside an improved one
+// (green row) for one N, g and setting of the model's switches (residual: a name of the
+// model's residual registry; norm: none | rmsnorm on the sublayer input). Two figures share
+// the controls: gradient mode (per-layer gradient bars, stream RMS, bottom/top ratio over g)
+// and collapse mode (distance from all-equal per layer, stream RMS, mean cosine). The
+// sliders' bounds and the switches' choices come from /api/meta (`simulator`).
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
@@ -45,10 +47,42 @@
     };
   }
 
+  // The write rule of each residual of the registry; a newer entry shows its name.
+  const WRITES = {
+    none: (f) => "x ← " + f,
+    plain: (f) => "x ← x + " + f,
+    scaled: (f) => "x ← x + " + f + " / √N",
+    rezero: (f) => "x ← x + a·" + f + ", a = 0",
+  };
   function formula(st) {
-    let f = st.pre ? "F(RMSNorm(x))" : "F(x)";
-    if (st.wb) f += " / √N";
-    return st.res ? "x ← x + " + f : "x ← " + f;
+    const f = st.norm === "rmsnorm" ? "F(RMSNorm(x))" : "F(x)";
+    return (WRITES[st.residual] || ((h) => "x ← " + st.residual + "(x, " + h + ")"))(f);
+  }
+  const residualLabel = (name) => (DL.hasKey("sim.res." + name) ? DL.t("sim.res." + name) : name);
+
+  // The switches, one radio per residual and a checkbox for the input norm, from meta.
+  function buildSwitches(spec, st, onSwitch) {
+    const box = $("sim-switches");
+    box.textContent = "";
+    const group = document.createElement("span");
+    group.className = "switch-group";
+    group.setAttribute("role", "radiogroup");
+    group.setAttribute("aria-label", DL.t("sim.sw.residual"));
+    group.append(DL.t("sim.sw.residual") + " ");
+    for (const name of spec.residuals) {
+      const label = document.createElement("label");
+      const radio = Object.assign(document.createElement("input"), {
+        type: "radio", name: "sim-residual", id: "t-res-" + name, value: name, checked: st.residual === name });
+      radio.addEventListener("change", () => onSwitch({ residual: name }));
+      label.append(radio, " " + residualLabel(name));
+      group.append(label, " ");
+    }
+    const label = document.createElement("label");
+    const box2 = Object.assign(document.createElement("input"), {
+      type: "checkbox", id: "t-norm", checked: st.norm === "rmsnorm" });
+    box2.addEventListener("change", (e) => onSwitch({ norm: e.target.checked ? "rmsnorm" : "none" }));
+    label.append(box2, " " + DL.t("sim.t.prenorm"));
+    box.append(group, label);
   }
 
   DL.figures.simulator = function (source, showError) {
@@ -57,7 +91,23 @@
     let current = null; // the newest state asked for
     let lastSim = null;
     let lastSweep = null;
+    let spec = null; // /api/meta's `simulator`
+    let onSwitch = (patch) => DL.state.set(patch);
     const status = $("sim-status");
+
+    // Bounds first: no request leaves before the state is within them.
+    const ready = source.meta().then((m) => {
+      spec = m.simulator;
+      const n = $("n");
+      const g = $("g");
+      [n.min, n.max, n.step] = [spec.depth[0], spec.depth[1], 1];
+      [g.min, g.max, g.step] = [spec.gain[0], spec.gain[1], spec.gain_step];
+      DL.state.bound(spec);
+      const st = DL.state.get();
+      [n.value, g.value] = [st.n, st.g];
+      buildSwitches(spec, st, (patch) => onSwitch(patch));
+    });
+    ready.catch(showError);
 
     function build(m) {
       mode = m;
@@ -78,12 +128,13 @@
 
     function drawSim(r) {
       lastSim = r;
-      if (r.mode !== mode) return;
-      const n = r.n;
+      if (r.kind !== mode) return;
+      const n = r.request.depth;
+      const g = r.request.gain;
       for (const row of ["plain", "improved"]) {
-        const d = r[row];
+        const d = r[row === "plain" ? "naive" : row];
         const el = $("ro-" + row);
-        if (r.mode === "gradient") {
+        if (r.kind === "gradient") {
           charts[row + "Layers"].update(range(1, n), [d.per_layer]);
           readout(el, [["sim.ro.ratio", d.ratio], ["sim.ro.rms", d.stream_rms[n]]]);
           el.dataset.ratio = d.ratio;
@@ -98,17 +149,18 @@
         el.dataset.rms = d.stream_rms[n];
         charts[row + "Rms"].update(range(0, d.stream_rms.length - 1), [d.stream_rms]);
       }
-      if (r.mode === "collapse") {
-        charts.bottom.update(range(0, n), [r.plain.mean_cosine, r.improved.mean_cosine]);
+      if (r.kind === "collapse") {
+        charts.bottom.update(range(0, n), [r.naive.mean_cosine, r.improved.mean_cosine]);
         $("ro-bottom").textContent = "";
-        $("reading-bottom").textContent = DL.t("read.cos", { n, a: DL.fmt(r.plain.mean_cosine[n]),
+        $("reading-bottom").textContent = DL.t("read.cos", { n, a: DL.fmt(r.naive.mean_cosine[n]),
                                                              b: DL.fmt(r.improved.mean_cosine[n]) });
       }
-      $("reading-sim").textContent = r.mode === "gradient"
-        ? DL.t("read.grad", { n, g: r.g.toFixed(2), a: DL.pow10(r.plain.ratio), b: DL.pow10(r.improved.ratio) })
-        : DL.t("read.dist", { n, g: r.g.toFixed(2), a: DL.pow10(r.plain.rel_distance[n]),
+      $("reading-sim").textContent = r.kind === "gradient"
+        ? DL.t("read.grad", { n, g: g.toFixed(2), a: DL.pow10(r.naive.ratio), b: DL.pow10(r.improved.ratio) })
+        : DL.t("read.dist", { n, g: g.toFixed(2), a: DL.pow10(r.naive.rel_distance[n]),
                               b: DL.pow10(r.improved.rel_distance[n]) });
-      const fresh = current && r.n === current.n && r.g === current.g;
+      const fresh = current && n === current.n && g === current.g &&
+        r.request.residual === current.residual && r.request.norm === current.norm;
       status.textContent = fresh ? "" : DL.t("sim.busy");
       if (fresh && DL.perf.t0 != null) {
         const t0 = DL.perf.t0;
@@ -120,13 +172,13 @@
     function drawSweep(r) {
       lastSweep = r;
       if (mode !== "gradient") return;
-      charts.bottom.update(r.gains, [r.plain, r.improved]);
+      charts.bottom.update(r.gains, [r.naive, r.improved]);
       const orders = (ys) => {
         const ok = ys.filter((v) => v > 0);
         return ok.length ? Math.log10(Math.max(...ok) / Math.min(...ok)) : null;
       };
-      readout($("ro-bottom"), [["sim.ro.orders", orders(r.plain)]]);
-      $("reading-bottom").textContent = DL.t("read.sweep", { n: r.n, a: DL.fmt(orders(r.plain), 2),
+      readout($("ro-bottom"), [["sim.ro.orders", orders(r.naive)]]);
+      $("reading-bottom").textContent = DL.t("read.sweep", { n: r.request.depth, a: DL.fmt(orders(r.naive), 2),
                                                              b: DL.fmt(orders(r.improved), 2) });
     }
 
@@ -139,16 +191,26 @@
 
     return {
       update(st) {
-        const toggles = { residual: st.res, prenorm: st.pre, scale_writes: st.wb };
         if (st.mode !== mode) build(st.mode);
         current = st;
         $("improved-formula").textContent = formula(st);
         $("n-out").textContent = st.n;
         $("g-out").textContent = st.g.toFixed(2);
-        sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, toggles));
-        if (st.mode === "gradient") sendSweep(Object.assign({ n: st.n }, toggles));
+        ready.then(() => {
+          if (current !== st) return; // a newer state is on its way
+          for (const el of document.querySelectorAll("#sim-switches [name=sim-residual]")) el.checked = el.value === st.residual;
+          if ($("t-norm")) $("t-norm").checked = st.norm === "rmsnorm";
+          const switches = { residual: st.residual, norm: st.norm };
+          sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, switches));
+          if (st.mode === "gradient") sendSweep(Object.assign({ n: st.n }, switches));
+        }, () => {}); // a failed meta is shown once, by `ready` above
+      },
+      // How a switch reaches the state (main.js times it, like a slider).
+      onSwitch(fn) {
+        onSwitch = fn;
       },
       relabel() {
+        if (spec) buildSwitches(spec, DL.state.get(), (patch) => onSwitch(patch));
         build(mode);
         if (lastSim) drawSim(lastSim);
         if (lastSweep) drawSweep(lastSweep);

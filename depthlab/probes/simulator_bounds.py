@@ -1,0 +1,27 @@
+"""The simulator's bounds and switch values, in one place and without torch.
+
+The CLI's flags, the API's request schema, /api/meta (which the page's sliders and
+switches read) and the static export all take them from here; depthlab.probes.simulator
+checks its requests against them.
+"""
+
+from __future__ import annotations
+
+from depthlab.config import RESIDUALS
+
+MAX_DEPTH = 256  # the CLI's bound; the page's slider stops at PAGE_MAX_DEPTH
+PAGE_MAX_DEPTH = 64  # also the API's compute budget per request (docs/page.md)
+MAX_GAIN = 10.0  # the CLI's bound
+PAGE_GAINS = (0.5, 2.0)  # the page's gain slider and the API's bounds
+PAGE_GAIN_STEP = 0.05
+SWEEP_GAINS = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.50, 0.55, ..., 2.00
+NORMS = ("none", "rmsnorm")  # the model's norm switch in the sublayer-input (pre) slot
+# The model's residual registry: config.RESIDUALS, kept equal to RESIDUAL_BUILDERS by a test.
+RESIDUAL_CHOICES = RESIDUALS
+
+
+def page_bounds() -> dict:
+    """What /api/meta and the static export publish as `simulator`: the page's controls."""
+    return {"depth": [1, PAGE_MAX_DEPTH], "gain": list(PAGE_GAINS), "gain_step": PAGE_GAIN_STEP,
+            "cli_max_depth": MAX_DEPTH, "residuals": list(RESIDUAL_CHOICES),
+            "norms": list(NORMS)}
