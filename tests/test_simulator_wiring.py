@@ -66,7 +66,7 @@ def test_switch_values_come_from_the_registry():
     bounds = page_bounds()
     assert bounds["residuals"] == list(RESIDUAL_CHOICES) and bounds["norms"] == list(NORMS)
     with pytest.raises(UserError, match=r"residual must be one of none, plain, scaled, rezero"):
-        StackRequest(residual="deepnorm")
+        StackRequest(residual="sideways")
     with pytest.raises(UserError, match=r"norm must be one of none, rmsnorm, got 'layernorm'"):
         StackRequest(norm="layernorm")
 

@@ -197,7 +197,7 @@ BAD = [
     ("post", "/api/simulate", {"residual": True}, "residual"),
     ("post", "/api/simulate", {"norm": "layernorm"}, "norm"),
     ("post", "/api/simulate", {"prenorm": True}, "prenorm"),
-    ("post", "/api/sweep", {"residual": "deepnorm"}, "residual"),
+    ("post", "/api/sweep", {"residual": "sideways"}, "residual"),
     ("post", "/api/sweep", {"n": 100}, "n"),
     ("post", "/api/paths", {"n": 65}, "n"),
     ("post", "/api/paths", {"a": 11}, "a"),
