@@ -17,16 +17,25 @@ write rule, the one of `Block.forward`:
 
     h = residual.read(x); h = norm(h); x = residual(x, residual.scale(F(h)))
 
-`residual` is any entry of the model's registry (depthlab.model.residual: none, plain,
-scaled, rezero, and whatever is added there), `norm` is `none` or the model's RMSNorm
-(scale 1, eps 1e-12) on the sublayer input (Pre-Norm, Xiong et al. 2020). The write
-scale is `ModelConfig.write_scale` of a toy config whose n_writes is the number of
-writes in the toy stack: 1/sqrt(N) for residual=scaled (1/sqrt(2N) with ffn=True).
+`residual` is any entry of the model's registry (depthlab.model.residual), `norm` is
+`none` or the model's RMSNorm (scale 1, eps 1e-12) in that residual's norm slot: on the
+sublayer input (Pre-Norm, Xiong et al. 2020), or after the add for a residual the model
+allows only with placement=post (deepnorm: x <- RMSNorm(alpha x + F(x)), as `Block`
+applies its post-norm). A residual's own init rule (`Residual.init_scale`, deepnorm's
+beta on v and the FFN matrices) multiplies the toy sublayer's weights of the same role:
+W1, W2 of the tanh sublayer are the FFN's up/down projections, the attention's are q, k, v.
+The write scale is `ModelConfig.write_scale` of a toy config whose n_writes is the number
+of writes in the toy stack: 1/sqrt(N) for residual=scaled (1/sqrt(2N) with ffn=True).
 The naive stack is residual=none, norm=none: x <- F(x).
 
-A residual that widens the stream (open: [.., T, D] -> [.., T, n, D], close: back) works
-as its module does: stream RMS and gradient norms are taken over every element of the
-stream (all copies), the collapse metrics and the readout on close(stream).
+A residual that widens the stream (open: [.., T, D] -> [.., T, n, D], close: back; hc
+and mhc with SIM_STREAMS copies, attnres with its growing history of writes) works as
+its module does, and is measured as the model's probes measure it
+(depthlab.probes.real): stream RMS and collapse on close(stream), the read-out the final
+norm would see; the gradient norm at a wide stream is the root mean square over its
+copies (or history entries) of each one's norm, which is the norm itself for one stream
+and plain's norm for attnres at init (every entry of its history then carries plain's
+gradient).
 
 Weights are drawn from one generator seeded by (seed, N), then multiplied by g, so the
 same request always gives the same numbers and a sweep over g is a smooth curve.
@@ -46,7 +55,15 @@ from depthlab.errors import UserError
 from depthlab.model.norms import make_norm
 from depthlab.model.residual import RESIDUAL_BUILDERS, RESIDUAL_PARAMETERS, Residual
 from depthlab.probes.jsonsafe import json_list, json_number
-from depthlab.probes.simulator_bounds import MAX_DEPTH, MAX_GAIN, NORMS, SWEEP_GAINS
+from depthlab.probes.simulator_bounds import (
+    MAX_DEPTH,
+    MAX_GAIN,
+    NORMS,
+    SIM_STREAMS,
+    SWEEP_GAINS,
+    WIDE_RESIDUALS,
+    norm_slot,
+)
 
 DTYPE = torch.float64  # ratios reach 1e-20; float32 would round them to noise
 NORM_EPS = 1e-12  # RMSNorm's eps here: the toy tokens have RMS ~1, far from any eps
@@ -113,10 +130,12 @@ class StackRequest:
         return self.depth * (2 if self.ffn else 1)
 
     def config(self) -> ToyConfig:
-        """The model's switches for this stack (its n_writes = the toy stack's writes)."""
+        """The model's switches for this stack (its n_writes = the toy stack's writes; the
+        norm in the residual's slot; SIM_STREAMS copies for a widening residual)."""
+        wide = {"streams": SIM_STREAMS} if self.residual in WIDE_RESIDUALS else {}
         return ToyConfig(n_layers=max(1, math.ceil(self.writes / 2)), d_model=self.width,
                          n_heads=1, norm=self.norm, norm_eps=NORM_EPS, residual=self.residual,
-                         writes=self.writes)
+                         placement=norm_slot(self.residual), writes=self.writes, **wide)
 
     @property
     def label(self) -> str:
@@ -212,8 +231,18 @@ def _rms(x: torch.Tensor) -> torch.Tensor:
     return x.flatten(1).pow(2).mean(dim=1).sqrt()
 
 
+def _grad_norm(stream: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """[G] gradient norms at one stream [G, T, D] or [G, T, n, D]: the norm over every
+    element, divided by sqrt(n) for n copies (the RMS over copies of each copy's norm)."""
+    copies = stream.shape[-2] if stream.ndim == 4 else 1
+    return (grad.flatten(1).pow(2).sum(dim=1) / copies).sqrt()
+
+
 def _tanh_sublayer(h: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     return torch.tanh(h @ w1) @ w2
+
+
+_tanh_sublayer.projections = ("up_proj", "down_proj")  # the roles of W1, W2 in the model's FFN
 
 
 def _attention_sublayer(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
@@ -225,21 +254,27 @@ def _attention_sublayer(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
     return pattern @ (h @ wv)  # each token: a weighted average of itself and earlier tokens
 
 
+_attention_sublayer.projections = ("q_proj", "k_proj", "v_proj")
+
+
 class Wiring:
     """The model's modules for each write of a toy stack: one residual module per write (as
-    `Block` holds one per sublayer) and the input norm, built from the stack's config.
-    Nothing trains them, so one set serves every request with that config (`wiring`)."""
+    `Block` holds one per sublayer) and the norm in its slot (input, or after the add for a
+    Post-LN residual), built from the stack's config. Nothing trains them, so one set
+    serves every request with that config (`wiring`)."""
 
     def __init__(self, cfg: ToyConfig) -> None:
         with torch.random.fork_rng(devices=[]):  # a residual with random init: fixed, and
             torch.manual_seed(0)                 # the caller's generator left untouched
-            self.residuals = [self._residual(cfg) for _ in range(cfg.n_writes)]
+            self.residuals = [self._residual(cfg, k) for k in range(cfg.n_writes)]
         norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         self.norm = None if norm is None else norm.to(DTYPE).requires_grad_(False)
+        self.post = cfg.placement == "post"
 
     @staticmethod
-    def _residual(cfg: ToyConfig) -> Residual:
+    def _residual(cfg: ToyConfig, k: int) -> Residual:
         module = RESIDUAL_BUILDERS[cfg.residual](cfg).to(DTYPE)
+        module.write_index = k  # as the Transformer numbers its writes (HC's init reads it)
         for part in module.modules():  # the model's init_weights does the same
             if isinstance(part, RESIDUAL_PARAMETERS):
                 part.reset_parameters()
@@ -253,12 +288,15 @@ class Wiring:
 
     def write(self, k: int, stream: torch.Tensor, sublayer, *weights: torch.Tensor) -> torch.Tensor:
         """Write k, sublayer(h, *weights): the rule of `Block.forward`, with the model's
-        residual and norm modules."""
+        residual and norm modules and the residual's init rule on the weights."""
         residual = self.residuals[k]
+        scales = [residual.init_scale(name) for name in sublayer.projections]
+        weights = [w if s == 1.0 else w * s for w, s in zip(weights, scales, strict=True)]
         h = residual.read(stream)
-        if self.norm is not None:
+        if self.norm is not None and not self.post:
             h = self.norm(h)
-        return residual(stream, residual.scale(sublayer(h, *weights)))
+        stream = residual(stream, residual.scale(sublayer(h, *weights)))
+        return self.norm(stream) if self.norm is not None and self.post else stream
 
 
 @lru_cache(maxsize=64)
@@ -276,17 +314,17 @@ def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tenso
     g = gains.to(DTYPE).view(-1, 1, 1)
     wired = wiring(replace(req, ffn=False).config())
     x = wired.open(_inputs(req).expand(len(gains), -1, -1))
-    inputs, rms = [], [_rms(x)]
+    inputs, rms = [], [_rms(wired.close(x))]
     with torch.enable_grad():
         for layer in range(req.depth):
             x = x.detach().requires_grad_() if layer == 0 else x
             x.retain_grad()
             inputs.append(x)
             x = wired.write(layer, x, _tanh_sublayer, g * w[2 * layer], g * w[2 * layer + 1])
-            rms.append(_rms(x))
+            rms.append(_rms(wired.close(x)))
         # Loss: a fixed random readout of the top's output, so only depth shapes the gradient.
         (wired.close(x) * readout).sum().backward()
-    norms = torch.stack([t.grad.flatten(1).pow(2).sum(dim=1).sqrt() for t in inputs], dim=1)
+    norms = torch.stack([_grad_norm(t, t.grad) for t in inputs], dim=1)
     return norms, torch.stack([r.detach() for r in rms], dim=1)
 
 
@@ -337,7 +375,7 @@ def token_collapse(req: StackRequest) -> CollapseResult:
     w = req.gain * _unit_weights(gen, per_layer * req.depth, req.width)
     wired = wiring(req.config())
     x = wired.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
-    states, rms = [wired.close(x)[0]], [_rms(x)[0]]
+    states = [wired.close(x)[0]]
     with torch.no_grad():
         k = 0
         for layer in range(req.depth):
@@ -348,10 +386,9 @@ def token_collapse(req: StackRequest) -> CollapseResult:
                 x = wired.write(k, x, _tanh_sublayer, *ffn)
                 k += 1
             states.append(wired.close(x)[0])
-            rms.append(_rms(x)[0])
     stack = torch.stack(states)
     return CollapseResult(req, tuple(rel_distance(stack).tolist()),
-                          tuple(mean_cosine(stack).tolist()), tuple(torch.stack(rms).tolist()))
+                          tuple(mean_cosine(stack).tolist()), tuple(_rms(stack).tolist()))
 
 
 MODES = {"gradient": gradient_reach, "collapse": token_collapse}

@@ -18,10 +18,25 @@ SWEEP_GAINS = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.50, 0.55, 
 NORMS = ("none", "rmsnorm")  # the model's norm switch in the sublayer-input (pre) slot
 # The model's residual registry: config.RESIDUALS, kept equal to RESIDUAL_BUILDERS by a test.
 RESIDUAL_CHOICES = RESIDUALS
+# Residuals whose norm slot is after the add (the config allows them only with
+# placement=post): for them the simulator's norm switch puts the RMSNorm there.
+POST_NORM_RESIDUALS = ("deepnorm",)
+# Residuals that carry model.streams copies of the stream (hyper-connections): the toy
+# stack gives them this many, the setting of DeepSeek-V4 (hc_mult 4) and of the
+# residual-frontier experiment.
+WIDE_RESIDUALS = ("hc", "mhc")
+SIM_STREAMS = 4
+
+
+def norm_slot(residual: str) -> str:
+    """Where the norm switch puts the RMSNorm for `residual`: "post" (after the add) for a
+    Post-LN design, else "pre" (on the sublayer's input)."""
+    return "post" if residual in POST_NORM_RESIDUALS else "pre"
 
 
 def page_bounds() -> dict:
     """What /api/meta and the static export publish as `simulator`: the page's controls."""
     return {"depth": [1, PAGE_MAX_DEPTH], "gain": list(PAGE_GAINS), "gain_step": PAGE_GAIN_STEP,
             "cli_max_depth": MAX_DEPTH, "residuals": list(RESIDUAL_CHOICES),
-            "norms": list(NORMS)}
+            "norms": list(NORMS), "post_norm": [r for r in RESIDUAL_CHOICES if norm_slot(r) == "post"],
+            "streams": {r: SIM_STREAMS for r in RESIDUAL_CHOICES if r in WIDE_RESIDUALS}}
