@@ -32,6 +32,7 @@ from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, ne
 from depthlab.web.runs import NAME_RE, RunError, Runs
 from depthlab.web.schemas import (
     AnatomyRequest,
+    CompositeRequest,
     GrowthRequest,
     NormsRequest,
     PathsRequest,
@@ -204,6 +205,11 @@ def _add_probe_routes(app: FastAPI) -> None:
     def sweep(req: Annotated[SweepRequest, Body()]) -> dict:
         return compute.sweep(req)
 
+    @app.post("/api/composite", tags=["simulator"],
+              summary="Composite gain of HC's and mHC's mixing matrices over depth")
+    def composite(req: Annotated[CompositeRequest, Body()]) -> dict:
+        return compute.composite(req)
+
     @app.post("/api/paths", tags=["arithmetic"], summary="Residual path expansion (1 + a)^N")
     def paths(req: Annotated[PathsRequest, Body()]) -> dict:
         return compute.paths(req)
@@ -251,6 +257,11 @@ def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:
              summary="An experiment's export.json")
     def experiment(name: ExperimentName) -> dict:
         return runs.export(name)
+
+    @app.get("/api/frontier", tags=["measurements"], responses=error_responses(404),
+             summary="The residual-frontier experiment's frontier.json (the beyond section)")
+    def frontier() -> dict:
+        return runs.frontier()
 
     @app.get("/api/experiments/{name}/status", tags=["measurements"],
              responses=error_responses(404),

@@ -14,6 +14,7 @@ from functools import lru_cache, wraps
 from depthlab.errors import UserError
 from depthlab.web.schemas import (
     AnatomyRequest,
+    CompositeRequest,
     GrowthRequest,
     NormsRequest,
     PathsRequest,
@@ -62,6 +63,14 @@ def sweep(req: SweepRequest) -> dict:
     from depthlab.probes.simulator import gain_sweep
 
     return gain_sweep(_stack(req)).to_json()
+
+
+@_cached(maxsize=64)
+def composite(req: CompositeRequest) -> dict:
+    """The composite gain of HC's and mHC's mixing matrices over depth (median, min-max)."""
+    from depthlab.probes.simulator_mixing import composite_curves
+
+    return composite_curves(req.streams, req.depth, req.spread, req.draws).to_json()
 
 
 @_cached(maxsize=256)

@@ -21,8 +21,14 @@ from depthlab.locales import LANGS, table
 from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
 from depthlab.progress import Progress
 from depthlab.web import compute, lesson, realmodel
-from depthlab.web.runs import Runs
-from depthlab.web.schemas import AnatomyRequest, GrowthRequest, SimulateRequest, SweepRequest
+from depthlab.web.runs import RunError, Runs
+from depthlab.web.schemas import (
+    AnatomyRequest,
+    CompositeRequest,
+    GrowthRequest,
+    SimulateRequest,
+    SweepRequest,
+)
 
 STATIC = Path(__file__).parent / "static"
 
@@ -109,6 +115,11 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
     for item in data["experiments"]:
         if item["has_data"]:
             data["exports"][item["name"]] = runs.export(item["name"])
+    data["composite"] = compute.composite(CompositeRequest())
+    try:
+        data["frontier"] = runs.frontier()
+    except RunError:
+        data["frontier"] = None  # the section says how to run the experiment
     data["realmodel"] = realmodel.static_results(Path(runs_dir), progress)
     return _round(data)
 

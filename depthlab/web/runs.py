@@ -32,6 +32,9 @@ from depthlab.rundir import atomic_write_text
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 
+FRONTIER = "residual-frontier"  # the experiment whose frontier.json the page draws
+
+
 class RunError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -110,6 +113,15 @@ class Runs:
         if data is None:
             raise RunError(404, f"name: no data for {name!r} yet; run "
                            f"`depthlab experiment {name} --budget quick --out {self.root}`")
+        return data
+
+    def frontier(self) -> dict:
+        """The residual-frontier experiment's frontier.json (beside its export.json), the
+        data of the page's "beyond" section; 404 with the command that writes it."""
+        data = _read_json(self.root / FRONTIER / "frontier.json")
+        if data is None:
+            raise RunError(404, f"{FRONTIER}: no frontier.json yet; run "
+                           f"`depthlab experiment {FRONTIER} --budget quick --out {self.root}`")
         return data
 
     def summary(self) -> list[dict]:

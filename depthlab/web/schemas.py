@@ -60,6 +60,19 @@ class SweepRequest(Switches):
     n: Depth = 32
 
 
+class CompositeRequest(_Request):
+    """The composite gain chart: products of HC's and mHC's toy mixing matrices over depth
+    (depthlab.probes.simulator_mixing)."""
+
+    streams: Annotated[int, Field(ge=2, le=8, description="n: copies of the stream"),
+                       AS_INTEGER] = 4
+    depth: Annotated[int, Field(ge=1, le=128, description="writes: matrices multiplied"),
+                     AS_INTEGER] = 60
+    spread: float = Field(0.2, gt=0.0, le=1.0, description="std of the noise on A_r = I")
+    draws: Annotated[int, Field(ge=1, le=32, description="seeds: median and min-max over them"),
+                     AS_INTEGER] = 16
+
+
 class PathsRequest(_Request):
     n: Annotated[int, Field(ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0"),
                  AS_INTEGER] = 2

@@ -84,6 +84,8 @@
       paths: (req) => post("api/paths", req),
       norms: (req) => post("api/norms", req),
       growth: (req) => post("api/growth", req),
+      composite: (req) => post("api/composite", req),
+      frontier: () => fresh("api/frontier"),
       block: (preset, placement) =>
         get("api/block?preset=" + encodeURIComponent(preset) +
             (placement ? "&placement=" + encodeURIComponent(placement) : "")),
@@ -127,6 +129,10 @@
       paths: (req) => Promise.resolve(DL.arith.paths(req.n, req.a)),
       norms: (req) => Promise.resolve(DL.arith.norms(req.x, req.eps)),
       growth: () => need(data.growth, "the growth probe"),
+      composite: () => need(data.composite, "the composite gain"),
+      // null when the experiment had not been run at export time: a 404, as the server says
+      frontier: () => (data.frontier ? Promise.resolve(data.frontier)
+        : Promise.reject(Object.assign(new Error("frontier.json is not in this static copy"), { status: 404 }))),
       block: (preset, placement) => need((data.blocks[preset] || {})[placement || ""], "this block"),
       anatomy: (name) => need((data.anatomy || {})[name], "the anatomy of " + name),
       anatomyConfigs: () => need(data.anatomy_configs, "the anatomy list"),

@@ -233,12 +233,16 @@
         else if (spec.yRange) scales.y.range = spec.yRange;
         else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues()));
         if (spec.xRange) scales.x.range = spec.xRange;
-        else if (bars) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
+        else if (bars || spec.xNames) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
                               grid: { stroke: "#0000001a" }, ticks: { stroke: "#0000002a" } });
         const xAxis = Object.assign(axis(), { label: spec.xLabel(), labelSize: 18, size: 40 });
         xAxis.values = (u, vs) => { const l = tickLabels(vs); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
         if (spec.xInt) xAxis.incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
+        if (spec.xNames) { // categories at x = 0, 1, ...: one named tick each
+          xAxis.splits = (u, i, lo, hi) => raw.xs.filter((x) => x >= lo && x <= hi);
+          xAxis.values = (u, vs) => { const l = vs.map(spec.xNames); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
+        }
         const yAxis = Object.assign(axis(), { size: 64 });
         if (spec.yLog) {
           yAxis.splits = (u, i, lo, hi) => logSplits(lo, hi);
@@ -319,11 +323,13 @@
           ctx.fillStyle = colors[k] + "33";
           ctx.strokeStyle = colors[k];
           ctx.lineWidth = 1.5;
-          ctx.beginPath();
-          pts.forEach(([x, , hi], i) => (i ? ctx.lineTo(x, hi) : ctx.moveTo(x, hi)));
-          pts.slice().reverse().forEach(([x, lo]) => ctx.lineTo(x, lo));
-          ctx.closePath();
-          ctx.fill();
+          if (!spec.series[k].dots) { // points only (categories): whiskers, no area between them
+            ctx.beginPath();
+            pts.forEach(([x, , hi], i) => (i ? ctx.lineTo(x, hi) : ctx.moveTo(x, hi)));
+            pts.slice().reverse().forEach(([x, lo]) => ctx.lineTo(x, lo));
+            ctx.closePath();
+            ctx.fill();
+          }
           for (const [x, lo, hi] of pts) {
             ctx.beginPath();
             ctx.moveTo(x - 4, lo); ctx.lineTo(x + 4, lo);

@@ -32,7 +32,7 @@
   const sim = DL.figures.simulator(source, showError);
   // Built one per task after the simulator (below): one long start-up task would freeze the page.
   const figures = {};
-  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel"];
+  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel", "beyond"];
   // Which figures a changed state key concerns.
   const ROUTES = {
     mode: ["sim"], n: ["sim"], g: ["sim"], residual: ["sim"], norm: ["sim"],

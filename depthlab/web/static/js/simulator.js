@@ -47,18 +47,30 @@
     };
   }
 
-  // The write rule of each residual of the registry; a newer entry shows its name.
+  // The write rule of each residual of the registry, given the sublayer's input h (with the
+  // norm switch on: RMSNorm in the residual's slot, after the add for a Post-LN residual);
+  // a newer entry shows its name.
   const WRITES = {
-    none: (f) => "x ← " + f,
-    plain: (f) => "x ← x + " + f,
-    scaled: (f) => "x ← x + " + f + " / √N",
-    rezero: (f) => "x ← x + a·" + f + ", a = 0",
+    none: (f) => "x ← " + f("x"),
+    plain: (f) => "x ← x + " + f("x"),
+    scaled: (f) => "x ← x + " + f("x") + " / √N",
+    rezero: (f) => "x ← x + a·" + f("x") + ", a = 0",
+    deepnorm: (f, post) => "x ← " + post("α·x + F(x)") + ", α = (2N)^¼, W·β",
+    hc: (f) => "H ← A_rᵀH + Bᵀ·" + f("A_mᵀH") + " (4 × x)",
+    mhc: (f) => "H ← combᵀH + post·" + f("preᵀH") + " (4 × x, combᵀ 1 = 1)",
+    attnres: (f) => "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = " + f("x_l") + ", w = 0",
   };
   function formula(st) {
-    const f = st.norm === "rmsnorm" ? "F(RMSNorm(x))" : "F(x)";
-    return (WRITES[st.residual] || ((h) => "x ← " + st.residual + "(x, " + h + ")"))(f);
+    const post = spec && spec.post_norm.includes(st.residual);
+    const on = st.norm === "rmsnorm";
+    const f = (h) => (on && !post ? "F(RMSNorm(" + h + "))" : "F(" + h + ")");
+    const wrap = (e) => (on ? "RMSNorm(" + e + ")" : e);
+    return (WRITES[st.residual] || ((g) => "x ← " + st.residual + "(x, " + g("x") + ")"))(f, wrap);
   }
+  let spec = null; // /api/meta's `simulator`
   const residualLabel = (name) => (DL.hasKey("sim.res." + name) ? DL.t("sim.res." + name) : name);
+  // The norm switch names its slot: the sublayer input, or after the add (Post-LN residuals).
+  const normLabel = (st) => DL.t(spec && spec.post_norm.includes(st.residual) ? "sim.t.postnorm" : "sim.t.prenorm");
 
   // The switches, one radio per residual and a checkbox for the input norm, from meta.
   function buildSwitches(spec, st, onSwitch) {
@@ -81,7 +93,8 @@
     const box2 = Object.assign(document.createElement("input"), {
       type: "checkbox", id: "t-norm", checked: st.norm === "rmsnorm" });
     box2.addEventListener("change", (e) => onSwitch({ norm: e.target.checked ? "rmsnorm" : "none" }));
-    label.append(box2, " " + DL.t("sim.t.prenorm"));
+    const text = Object.assign(document.createElement("span"), { id: "t-norm-label", textContent: " " + normLabel(st) });
+    label.append(box2, text);
     box.append(group, label);
   }
 
@@ -91,7 +104,6 @@
     let current = null; // the newest state asked for
     let lastSim = null;
     let lastSweep = null;
-    let spec = null; // /api/meta's `simulator`
     let onSwitch = (patch) => DL.state.set(patch);
     const status = $("sim-status");
 
@@ -200,6 +212,8 @@
           if (current !== st) return; // a newer state is on its way
           for (const el of document.querySelectorAll("#sim-switches [name=sim-residual]")) el.checked = el.value === st.residual;
           if ($("t-norm")) $("t-norm").checked = st.norm === "rmsnorm";
+          if ($("t-norm-label")) $("t-norm-label").textContent = " " + normLabel(st);
+          $("improved-formula").textContent = formula(st);
           const switches = { residual: st.residual, norm: st.norm };
           sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, switches));
           if (st.mode === "gradient") sendSweep(Object.assign({ n: st.n }, switches));

@@ -1,0 +1,295 @@
+// "Beyond: widening the stream" (the lesson's C15 teaser). Three parts:
+//   1. links into the simulator above with the frontier residuals switched on (URL state);
+//   2. the composite gain of HC's and mHC's mixing matrices over depth, computed by the
+//      server (depthlab.probes.simulator_mixing; precomputed in a static copy);
+//   3. the residual-frontier experiment's frontier.json: final loss per arm with its seeds
+//      and the baselines, stream RMS per write after training, gradient per block at init
+//      and after training, the learned mixing matrices of HC and mHC as heatmaps and
+//      AttnRes's depth weights per sublayer. Without frontier.json: how to run it.
+// Every chart has a one-line reading computed from its numbers and hover read-outs.
+(function () {
+  "use strict";
+  const DL = (window.DL = window.DL || {});
+  DL.figures = DL.figures || {};
+  const $ = (id) => document.getElementById(id);
+  const h = (...a) => DL.h(...a);
+  const t = (k) => () => DL.t(k);
+  const fmt = (v, d) => DL.fmt(v, d);
+  const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  const COMMAND = "depthlab experiment residual-frontier --budget quick";
+
+  // The simulator settings the section points to (main.js routes a hash change to it).
+  const TRY = [
+    { residual: "deepnorm", norm: "rmsnorm", mode: "gradient", n: 64 },
+    { residual: "rezero", norm: "none", mode: "gradient", n: 64 },
+    { residual: "mhc", norm: "rmsnorm", mode: "gradient", n: 64 },
+    { residual: "hc", norm: "rmsnorm", mode: "collapse", n: 32 },
+    { residual: "attnres", norm: "rmsnorm", mode: "collapse", n: 32 },
+  ];
+  const label = (name) => (DL.hasKey("sim.res." + name) ? DL.t("sim.res." + name) : name);
+  // An experiment arm's short name (the experiment's own key where the table has none).
+  const armName = (arm) => (DL.hasKey("bx.arm." + arm) ? DL.t("bx.arm." + arm) : arm);
+
+  function tryLinks(box, spec) {
+    const names = (spec && spec.residuals) || [];
+    const items = TRY.filter((s) => names.includes(s.residual)).map((s) => {
+      const q = new URLSearchParams(location.hash.replace(/^#/, ""));
+      for (const [k, v] of Object.entries(s)) q.set(k, String(v));
+      const norm = s.norm === "rmsnorm"
+        ? DL.t(spec.post_norm.includes(s.residual) ? "sim.t.postnorm" : "sim.t.prenorm") : DL.t("bx.try.nonorm");
+      const a = h("a", { href: "#" + q.toString(), class: "bx-try", data: { residual: s.residual },
+                         onclick: () => setTimeout(() => $("simulator").scrollIntoView(), 0) },
+        label(s.residual), " · ", norm, " · N = " + s.n + " · ", DL.t("sim.mode." + s.mode));
+      return h("li", {}, a);
+    });
+    box.append(h("h3", {}, DL.t("bx.sim.h")), h("p", {}, DL.t("bx.sim.p")), h("ul", { class: "bx-tries" }, items));
+  }
+
+  // ---- the composite gain --------------------------------------------------------------
+  function compositePart(box, r) {
+    const el = h("div", { class: "chart wide", id: "c-composite" });
+    const reading = h("p", { class: "reading", id: "reading-composite" });
+    box.append(h("h3", {}, DL.t("bx.gain.h")), h("p", {}, DL.t("bx.gain.p", { n: r.streams, draws: r.draws, spread: r.spread })),
+               reading, el);
+    const rows = [r.hc, r.mhc];
+    const names = [DL.t("bx.gain.hc"), DL.t("bx.gain.mhc")];
+    const chart = DL.charts.make(el, {
+      xLabel: t("bx.ax.writes"), yLabel: t("bx.ax.gain"), yLog: true, height: 230, xInt: true,
+      hover: (x, v, k, vs) => {
+        const i = r.depth.indexOf(x);
+        return DL.t("bx.hover.gain", { x, v: vs, row: names[k], lo: fmt(rows[k].lo[i]), hi: fmt(rows[k].hi[i]) });
+      },
+      series: [{ label: t("bx.gain.hc"), color: DL.COLORS.plain }, { label: t("bx.gain.mhc"), color: DL.COLORS.improved }],
+    });
+    chart.update(r.depth, [r.hc.median, r.mhc.median], [[r.hc.lo, r.hc.hi], [r.mhc.lo, r.mhc.hi]]);
+    const last = r.depth.length - 1;
+    const off = Math.max(...r.mhc.lo.concat(r.mhc.hi).map((v) => Math.abs(v - 1)));
+    reading.textContent = DL.t("bx.read.gain", { L: r.depth[last], a: fmt(r.hc.median[last]), hi: fmt(r.hc.hi[last]),
+                                                 draws: r.draws, d: fmt(off, 2) });
+    reading.dataset.hc = r.hc.median[last];
+    reading.dataset.mhc = r.mhc.median[last];
+  }
+
+  // ---- frontier.json ---------------------------------------------------------------------
+  const armsAt = (f, depth) => Object.entries(f.arms).filter(([, a]) => a.depth === depth);
+  const depthsOf = (f) => [...new Set(Object.values(f.arms).map((a) => a.depth))].sort((a, b) => a - b);
+  const finite = (vs) => (vs || []).filter((v) => v != null && isFinite(v));
+
+  function figure(box, id, caption, readingText, spec, xs, ys, bands) {
+    const el = h("div", { class: "chart wide", id });
+    const reading = h("p", { class: "reading", id: "reading-" + id.slice(2) }, readingText);
+    box.append(h("figure", { class: "pchart" }, h("figcaption", {}, caption), reading, el));
+    DL.charts.make(el, spec).update(xs, ys, bands || null);
+    return reading;
+  }
+
+  // Final validation loss per arm at one depth: each seed a dot, the mean with its min-max,
+  // and the unigram / bigram baselines of the same tokens as lines.
+  function finalsChart(box, f, depth) {
+    const arms = armsAt(f, depth);
+    const xs = range(0, arms.length - 1);
+    const seeds = Math.max(...arms.map(([, a]) => (a.final_val_loss || []).length), 0);
+    const mean = arms.map(([, a]) => a.mean);
+    const lo = arms.map(([, a]) => (finite(a.final_val_loss).length ? Math.min(...finite(a.final_val_loss)) : null));
+    const hi = arms.map(([, a]) => (finite(a.final_val_loss).length ? Math.max(...finite(a.final_val_loss)) : null));
+    const base = f.baselines || {};
+    const series = [{ label: t("bx.loss.mean"), color: "#333333", dots: true }];
+    const ys = [mean];
+    for (let s = 0; s < seeds; s++) {
+      series.push({ label: () => DL.t("bx.loss.seed", { s: s + 1 }), color: DL.charts.palette(s), dots: true, legend: s === 0 });
+      ys.push(arms.map(([, a]) => (a.final_val_loss || [])[s]));
+    }
+    for (const [k, color] of [["unigram", "#8d6e63"], ["bigram", "#546e7a"]]) {
+      if (base[k] == null) continue;
+      series.push({ label: t("bx.loss." + k), color, dash: true, width: 1.5 });
+      ys.push(xs.map(() => base[k]));
+    }
+    const ok = arms.map(([, a], i) => [a.arm, mean[i], a.spread]).filter(([, m]) => m != null);
+    const best = ok.reduce((b, c) => (c[1] < b[1] ? c : b), ok[0] || [null, null, null]);
+    const plain = ok.find(([arm]) => arm === "plain");
+    const text = best[0] == null ? DL.t("bx.read.loss.none", { depth }) : DL.t("bx.read.loss", {
+      depth, best: armName(best[0]), v: fmt(best[1], 4), s: fmt(best[2], 2), seeds: f.seeds,
+      plain: plain ? fmt(plain[1], 4) : "—", ps: plain ? fmt(plain[2], 2) : "—",
+      uni: fmt(base.unigram, 4), bi: fmt(base.bigram, 4) });
+    const reading = figure(box, "c-bx-loss-" + depth, DL.t("bx.loss.h", { depth }), text, {
+      xLabel: t("bx.ax.arm"), yLabel: t("bx.ax.loss"), height: 240, xNames: (i) => (arms[i] ? armName(arms[i][1].arm) : ""),
+      hover: (x, v, k, vs) => (k === 0
+        ? DL.t("bx.hover.loss", { arm: armName(arms[x][1].arm), v: vs, lo: fmt(lo[x], 4), hi: fmt(hi[x], 4), s: fmt(arms[x][1].spread, 2) })
+        : (typeof series[k].label === "function" ? series[k].label() : series[k].label) + " = " + vs),
+      series,
+    }, xs, ys, [[lo, hi]].concat(ys.slice(1).map(() => null)));
+    reading.dataset.best = best[0] || "";
+  }
+
+  // One line per arm at one depth: a per-write or per-block profile (log y).
+  function profileChart(box, f, depth, key, id, xLabel, yLabel, caption, readKey, x0) {
+    const arms = armsAt(f, depth).filter(([, a]) => finite(a[key]).length);
+    if (!arms.length) return;
+    const len = Math.max(...arms.map(([, a]) => a[key].length));
+    const xs = range(x0, x0 + len - 1);
+    const ys = arms.map(([, a]) => xs.map((x, i) => (a[key][i] == null ? null : a[key][i])));
+    // the reading: the top value's range over arms (RMS) or the bottom/top ratio (gradient)
+    const stat = arms.map(([, a]) => {
+      const v = finite(a[key]);
+      return [a.arm, key.startsWith("grad") ? v[0] / v[v.length - 1] : v[v.length - 1]];
+    }).filter(([, v]) => isFinite(v) && v > 0);
+    const lo = stat.reduce((b, c) => (c[1] < b[1] ? c : b), stat[0]);
+    const hi = stat.reduce((b, c) => (c[1] > b[1] ? c : b), stat[0]);
+    const text = DL.t(readKey, { depth, lo: armName(lo[0]), a: fmt(lo[1]), hi: armName(hi[0]), b: fmt(hi[1]) });
+    const reading = figure(box, id, caption, text, {
+      xLabel: t(xLabel), yLabel: t(yLabel), yLog: true, height: 230, xInt: true,
+      hover: (x, v, k, vs) => DL.t("bx.hover.profile", { arm: armName(arms[k][1].arm), x, v: vs }),
+      series: arms.map(([, a], i) => ({ label: () => armName(a.arm), color: a.color || DL.charts.palette(i), width: 1.5, points: len < 30 })),
+    }, xs, ys);
+    reading.dataset.lo = lo[0];
+    reading.dataset.hi = hi[0];
+  }
+
+  // ---- heatmaps ------------------------------------------------------------------------
+  // A colour for v on a diverging scale (blue < 0 < red), |v| relative to `top`.
+  function colour(v, top) {
+    if (v == null || !isFinite(v)) return "#eeeeee";
+    const a = Math.min(1, Math.abs(v) / (top || 1));
+    const mix = (c) => Math.round(255 + (c - 255) * a);
+    const [r, g, b] = v >= 0 ? [198, 40, 40] : [21, 101, 192];
+    return "rgb(" + mix(r) + "," + mix(g) + "," + mix(b) + ")";
+  }
+
+  // Small matrices side by side: one SVG, each matrix a grid of cells; hovering or focusing
+  // a cell writes its value under the figure. rows(m) gives the rows of matrix m.
+  function heatmap(id, mats, titleOf, cellText, ariaLabel) {
+    const NS = "http://www.w3.org/2000/svg";
+    const cell = 9;
+    const gap = 10;
+    const top = Math.max(1e-12, ...mats.flatMap((m) => m.rows.flat().filter((v) => v != null).map(Math.abs)));
+    const width = mats.reduce((w, m) => w + m.cols * cell + gap, 0);
+    const height = Math.max(...mats.map((m) => m.rows.length)) * cell + 16;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    svg.setAttribute("width", String(Math.min(width * 2, 1200)));
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", ariaLabel);
+    svg.setAttribute("class", "heatmap");
+    svg.id = id;
+    const out = h("p", { class: "readout", id: id + "-ro", "aria-live": "polite" });
+    let x = 0;
+    mats.forEach((m, mi) => {
+      const label = document.createElementNS(NS, "text");
+      label.setAttribute("x", String(x));
+      label.setAttribute("y", "8");
+      label.setAttribute("font-size", "7");
+      label.textContent = titleOf(mi);
+      svg.append(label);
+      m.rows.forEach((row, i) => row.forEach((v, j) => {
+        const r = document.createElementNS(NS, "rect");
+        Object.entries({ x: x + j * cell, y: 12 + i * cell, width: cell - 1, height: cell - 1, fill: colour(v, top) })
+          .forEach(([k, val]) => r.setAttribute(k, String(val)));
+        const text = cellText(mi, i, j, v);
+        const tip = document.createElementNS(NS, "title");
+        tip.textContent = text;
+        r.append(tip);
+        r.addEventListener("mouseenter", () => { out.textContent = text; });
+        svg.append(r);
+      }));
+      x += m.cols * cell + gap;
+    });
+    return [svg, out];
+  }
+
+  function rowSums(m) { return m.map((r) => r.reduce((s, v) => s + v, 0)); }
+  function colSums(m) { return m[0].map((_, j) => m.reduce((s, r) => s + r[j], 0)); }
+
+  function mixingPart(box, f) {
+    for (const [key, entry] of Object.entries(f.learned || {})) {
+      const mixing = entry.mixing || [];
+      if (!mixing.length) continue;
+      const arm = key.split("-").slice(1).join("-");
+      const name = armName(arm);
+      // how far rows and columns are from summing to 1 (0 for a doubly stochastic matrix)
+      const off = Math.max(...mixing.flatMap((e) => rowSums(e.matrix).concat(colSums(e.matrix)).map((v) => Math.abs(v - 1))));
+      let far = [0, 0, 0, 0];
+      mixing.forEach((e, w) => e.matrix.forEach((row, i) => row.forEach((v, j) => {
+        const d = Math.abs(v - (i === j ? 1 : 0));
+        if (d > far[0]) far = [d, w, i, j];
+      })));
+      const reading = h("p", { class: "reading", id: "reading-bx-mix-" + arm }, DL.t("bx.read.mix", {
+        arm: name, writes: mixing.length, g: fmt(entry.composite_gain), off: fmt(off, 2), d: fmt(far[0], 3),
+        w: mixing[far[1]].name, i: far[2], j: far[3] }));
+      reading.dataset.gain = entry.composite_gain;
+      const [svg, out] = heatmap("hm-" + arm, mixing.map((e) => ({ rows: e.matrix, cols: e.matrix.length })),
+        (w) => String(w + 1), (w, i, j, v) => DL.t("bx.hover.mix", { name: mixing[w].name, i, j, v: fmt(v, 4) }),
+        DL.t("bx.mix.aria", { arm: name, writes: mixing.length }) + " " + reading.textContent);
+      box.append(h("figure", { class: "pchart" }, h("figcaption", {}, DL.t("bx.mix.h", { arm: name, key })), reading, svg, out));
+    }
+  }
+
+  function depthPart(box, f) {
+    for (const [key, entry] of Object.entries(f.learned || {})) {
+      const rows = entry.depth_weights || [];
+      if (!rows.length) continue;
+      const k = Math.max(...rows.map((r) => r.weights.length));
+      const padded = rows.map((r) => r.weights.concat(Array(k - r.weights.length).fill(null)));
+      const last = rows[rows.length - 1].weights;
+      const at = last.indexOf(Math.max(...last));
+      const uniform = 1 / last.length;
+      const reading = h("p", { class: "reading", id: "reading-bx-depth" }, DL.t("bx.read.depth", {
+        name: rows[rows.length - 1].name, k: last.length, src: at, w: fmt(last[at], 3), u: fmt(uniform, 3) }));
+      reading.dataset.source = at;
+      const [svg, out] = heatmap("hm-depth", [{ rows: padded, cols: k }], () => DL.t("bx.depth.axes"),
+        (m, i, j, v) => DL.t("bx.hover.depth", { name: rows[i].name, src: j, v: v == null ? "—" : fmt(v, 4) }),
+        DL.t("bx.depth.aria", { n: rows.length }) + " " + reading.textContent);
+      box.append(h("figure", { class: "pchart" }, h("figcaption", {}, DL.t("bx.depth.h", { key })), reading, svg, out));
+    }
+  }
+
+  function frontierPart(box, f) {
+    box.append(h("h3", {}, DL.t("bx.exp.h")), h("p", {}, DL.t("bx.exp.p", { seeds: f.seeds })));
+    const grid = h("div", { class: "pcharts" });
+    box.append(grid);
+    const depths = depthsOf(f);
+    depths.forEach((d) => finalsChart(grid, f, d));
+    const d = depths[0];
+    profileChart(grid, f, d, "stream_rms_trained", "c-bx-rms-" + d, "bx.ax.write", "bx.ax.rms",
+                 DL.t("bx.rms.h", { depth: d }), "bx.read.rms", 0);
+    profileChart(grid, f, d, "grad_per_block_init", "c-bx-grad0-" + d, "bx.ax.block", "bx.ax.grad",
+                 DL.t("bx.grad0.h", { depth: d }), "bx.read.grad", 1);
+    profileChart(grid, f, d, "grad_per_block_trained", "c-bx-grad1-" + d, "bx.ax.block", "bx.ax.grad",
+                 DL.t("bx.grad1.h", { depth: d }), "bx.read.grad", 1);
+    mixingPart(box, f);
+    depthPart(box, f);
+  }
+
+  function notRun(box, source) {
+    box.append(h("h3", {}, DL.t("bx.exp.h")),
+               h("p", { id: "bx-notrun" }, DL.t(source.kind === "static" ? "bx.exp.static" : "bx.exp.none")),
+               h("pre", {}, COMMAND));
+  }
+
+  DL.figures.beyond = function (source, showError) {
+    const body = $("beyond-body");
+    let spec = null;
+    let composite = null;
+    let frontier; // undefined: loading; null: not run
+    function render() {
+      body.textContent = "";
+      const sim = h("div", { class: "panel", id: "bx-sim" });
+      const gain = h("div", { class: "panel", id: "bx-gain" });
+      const exp = h("div", { class: "panel", id: "bx-exp" });
+      body.append(sim, gain, exp);
+      tryLinks(sim, spec);
+      if (composite) compositePart(gain, composite);
+      if (frontier) frontierPart(exp, frontier);
+      else if (frontier === null) notRun(exp, source);
+      body.dataset.ready = String(composite != null && frontier !== undefined);
+    }
+    Promise.all([
+      source.meta().then((m) => { spec = m.simulator; }),
+      source.composite({}).then((r) => { composite = r; }),
+      source.frontier().then((f) => { frontier = f; }, (e) => {
+        if (e && e.status === 404) frontier = null;
+        else throw e;
+      }),
+    ]).then(render).catch((e) => { frontier = frontier === undefined ? null : frontier; render(); showError(e); });
+    return { update() {}, relabel: render };
+  };
+})();
