@@ -22,7 +22,9 @@ from depthlab.errors import ConfigError, read_json_object
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered")
 PLACEMENTS = ("pre", "post", "sandwich", "output")
-RESIDUALS = ("none", "plain", "scaled", "rezero")  # depthlab.model.residual
+RESIDUALS = ("none", "plain", "scaled", "rezero", "hc", "mhc", "attnres")  # model.residual
+WIDE_RESIDUALS = ("hc", "mhc")  # the residuals that carry model.streams copies
+MAX_STREAMS = 16
 FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 
@@ -55,6 +57,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     placement: str = "pre"
     residual: str = "plain"
+    streams: int = 1  # copies of the residual stream, for residual=hc/mhc (hyper-connections)
     final_norm: bool = True
     qk_norm: bool = False
     attn_gate: bool = False  # sigmoid gate on the attention output (q_proj doubled)
@@ -294,6 +297,11 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     _one_of("model.position", m.position, POSITIONS)
     for name in ("vocab_size", "context_len", "d_model", "n_heads"):
         _positive(f"model.{name}", getattr(m, name))
+    if not 1 <= m.streams <= MAX_STREAMS:
+        raise ConfigError(f"model.streams must be between 1 and {MAX_STREAMS}, got {m.streams}")
+    if m.streams > 1 and m.residual not in WIDE_RESIDUALS:
+        raise ConfigError(f"model.streams={m.streams} needs model.residual={' or '.join(WIDE_RESIDUALS)} "
+                          f"(n copies of the stream); got model.residual={m.residual!r}")
     for name in ("norm_eps", "rope_theta", "init_std", "init_gain"):
         _positive(f"model.{name}", getattr(m, name))
     if not 1 <= m.n_layers <= MAX_LAYERS:

@@ -18,6 +18,12 @@ Entries:
   scaled  x <- x + F(x) / sqrt(2L)        each of the 2L writes scaled at run time
   rezero  x <- x + a * F(x), a = 0 at init, learned per write (Bachlechner et al. 2020,
           "ReZero is All You Need", eq. 3): every block is the identity at init
+  hc      n copies of the stream [B, T, n, D], static + dynamic width/depth connections
+          (Zhu et al., ICLR 2025; depthlab.model.hyper)
+  mhc     hc with a doubly stochastic mixing matrix by Sinkhorn-Knopp (DeepSeek, mHC;
+          depthlab.model.hyper)
+  attnres each read a softmax mix over depth of all earlier writes, the stream being
+          their history [B, T, k, D] (Kimi, Attention Residuals; depthlab.model.depth_attention)
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ import torch
 from torch import nn
 
 from depthlab.config import ModelConfig
+from depthlab.model.depth_attention import AttentionResidual
+from depthlab.model.hyper import HyperConnection, ManifoldHyperConnection
 
 
 class Residual(nn.Module):
     """x <- x + F(x). Subclasses change one of read / scale / forward (or open / close)."""
+
+    write_index = 0  # which write of the stack this is (set by the Transformer)
 
     def open(self, x: torch.Tensor) -> torch.Tensor:
         """The embedding [B, T, D] -> the stream the first block reads."""
@@ -94,11 +104,31 @@ RESIDUAL_BUILDERS = {
     "plain": lambda cfg: Residual(),
     "scaled": lambda cfg: ScaledResidual(cfg.write_scale),
     "rezero": lambda cfg: ReZeroResidual(),
+    "hc": lambda cfg: HyperConnection(cfg.d_model, cfg.streams, cfg.norm_eps),
+    "mhc": lambda cfg: ManifoldHyperConnection(cfg.d_model, cfg.streams, cfg.norm_eps,
+                                               cfg.init_std),
+    "attnres": lambda cfg: AttentionResidual(cfg.d_model, cfg.norm_eps),
 }
 
 
 # Residuals with parameters: `init_weights` calls their reset_parameters.
-RESIDUAL_PARAMETERS = (ReZeroResidual,)
+RESIDUAL_PARAMETERS = (ReZeroResidual, HyperConnection, ManifoldHyperConnection,
+                       AttentionResidual)
+
+
+def stream_view(x: torch.Tensor) -> torch.Tensor:
+    """Any residual's stream as one [B, T, D] stream, for probes that measure it.
+
+    A single stream is itself. A widened one ([B, T, n, D]: the n copies of hc/mhc, or
+    attnres's history of k entries) becomes the sum along its third axis: what the
+    model itself reads out at the end (`close`). Chosen over the mean or an RMS over
+    copies because it is the stream the final norm would see if the stack stopped
+    here, because it is linear and keeps signs (token collapse, cosines), and because
+    it is the plain stream exactly for attnres at init. For hc/mhc at init the n copies
+    are (nearly) equal, so it is n times plain's stream; gradient norms are taken of
+    the wide stream itself, over all its entries.
+    """
+    return x if x.ndim == 3 else x.sum(dim=-2)
 
 
 def make_residual(cfg: ModelConfig) -> Residual:

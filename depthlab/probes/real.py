@@ -19,6 +19,7 @@ from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import UserError
 from depthlab.hooks import ActivationCache
 from depthlab.model import Transformer, init_weights
+from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import json_list, json_number, mean_cosine, rel_distance
 
 MAX_REAL_TOKENS = 1024
@@ -78,10 +79,17 @@ def stream_sites(n_layers: int) -> tuple[list[str], list[str]]:
 def stream_measures(cache: ActivationCache, n_layers: int, first: torch.Tensor) -> dict[str, Any]:
     """From a `run_with_cache(names=stream_sites(...), grad_of=...)` of one sequence: the
     gradient norm at the stream each sublayer reads (and relative to the top one), and RMS
-    and token collapse of each stream state (2L + 1: `first`, then after each write)."""
+    and token collapse of each stream state (2L + 1: `first`, then after each write).
+    A widened stream's gradient norm is over all its entries; its RMS and collapse are
+    those of `stream_view` (the sum of the copies or of the history)."""
     reads, writes = stream_sites(n_layers)
     norms = torch.stack([cache.grads[n].double().norm() for n in reads])
-    states = torch.stack([first.detach()[0].double()] + [cache[n][0].double() for n in writes])
+    # A widened stream (hc/mhc copies, attnres history) is measured as its read-out,
+    # from the stream as the stack opens it (for one stream: `first` itself).
+    opened = cache[reads[0]]
+    first = first if opened.ndim == 3 else stream_view(opened)
+    states = torch.stack([first.detach()[0].double()]
+                         + [stream_view(cache[n])[0].double() for n in writes])
     per_layer = norms / norms[-1]
     return {"sublayers": [f"{i}.{kind}" for i in range(n_layers) for kind in ("attn", "mlp")],
             "grad_norm": norms.tolist(), "per_layer": per_layer.tolist(),

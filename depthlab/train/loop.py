@@ -25,6 +25,7 @@ from depthlab.hooks import HookFn
 from depthlab.memory import check_fits
 from depthlab.metrics import MetricsWriter, read_metrics, truncate_after
 from depthlab.model import Transformer
+from depthlab.model.residual import stream_view
 from depthlab.progress import Progress
 from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
 from depthlab.tokenizer import TokenData, prepare_data
@@ -91,7 +92,8 @@ def evaluate(model: Transformer, data: TokenData, cfg: Config, rt: runtime.Runti
 
 
 def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
-    """Residual-stream RMS after each write and per-block gradient norms on a fixed batch.
+    """Residual-stream RMS after each write (of `stream_view` for a widened stream) and
+    per-block gradient norms on a fixed batch.
 
     grad_resid_pre[i] is |dLoss/dx| at blocks.{i}.hook_resid_pre (the gradient block i
     receives from everything above it); grad_params[i] is the norm of block i's
@@ -112,8 +114,9 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
         params = [list(b.parameters()) for b in model.blocks]
         grads = torch.autograd.grad(loss, pre + [p for ps in params for p in ps],
                                     allow_unused=True)
-    rms = lambda t: t.detach().float().pow(2).mean().sqrt().item()
-    writes = ["hook_embed"] + [f"blocks.{i}.hook_{s}" for i in range(L)
+    rms = lambda t: stream_view(t).detach().float().pow(2).mean().sqrt().item()
+    # The stream as opened (the embedding, or its copies), then after each write.
+    writes = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_{s}" for i in range(L)
                                for s in ("resid_mid", "resid_post")]
     param_grads = iter(grads[L:])
     grad_params = []
