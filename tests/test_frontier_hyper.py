@@ -101,7 +101,8 @@ def test_mhc_matches_transformers_deepseek_v4_hyper_connection(n, seed):
     assert torch.allclose(ours.read(H), collapsed, atol=1e-6, rtol=0)
     # The decoder layer's update: post * F(h) + comb^T H (DeepseekV4DecoderLayer.forward).
     expected = post.unsqueeze(-1) * write.unsqueeze(-2) + comb.transpose(-1, -2) @ H
-    assert torch.allclose(ours(H, write), expected, atol=1e-6, rtol=0)
+    # float32 rounding of entries up to ~5 in size: relative 1e-6 on top
+    assert torch.allclose(ours(H, write), expected, atol=1e-6, rtol=1e-6)
     assert pre.min() > 0 and our_post.max() < 2 and our_comb.min() >= 0
     # The last Sinkhorn step normalises columns: they sum to 1 / (1 + eps) whatever the
     # logits. These logits are extreme on purpose; rows need not have converged in 20 steps.

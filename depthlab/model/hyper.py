@@ -60,12 +60,17 @@ DYNAMIC_SCALE_INIT = 0.01  # s_a, s_b at init (Zhu et al., Algorithm 2)
 def sinkhorn(m: torch.Tensor, iters: int = SINKHORN_ITERS, eps: float = HC_EPS) -> torch.Tensor:
     """Sinkhorn-Knopp on the last two axes of a positive matrix: one column
     normalisation, then `iters - 1` rounds of row and column normalisation (the order
-    of `DeepseekV4HyperConnection`, whose input is already row-normalised by softmax)."""
-    m = m / (m.sum(dim=-2, keepdim=True) + eps)
+    of `DeepseekV4HyperConnection`, whose input is already row-normalised by softmax).
+
+    The matrix axes are moved to the front while iterating: the sums then run over
+    contiguous rows of all tokens at once, about 4x faster on a CPU than summing
+    n = 4 neighbouring numbers per token."""
+    m = m.movedim((-2, -1), (0, 1)).contiguous()  # [n, n, ...]
+    m = m / (m.sum(dim=0, keepdim=True) + eps)
     for _ in range(iters - 1):
-        m = m / (m.sum(dim=-1, keepdim=True) + eps)
-        m = m / (m.sum(dim=-2, keepdim=True) + eps)
-    return m
+        m = m / (m.sum(dim=1, keepdim=True) + eps)
+        m = m / (m.sum(dim=0, keepdim=True) + eps)
+    return m.movedim((0, 1), (-2, -1))
 
 
 class _Streams(nn.Module):
@@ -94,20 +99,29 @@ class _Streams(nn.Module):
         shapes = ", ".join(f"{name}={list(p.shape)}" for name, p in self.named_parameters())
         return f"streams={self.n}, {shapes}"
 
-    def weights(self, stream: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def mixing(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(M [B, T, n+1, n], write weights [B, T, n]): row 0 of M collapses the copies
+        into the sublayer's input, rows 1..n are the residual mixing (transposed)."""
         raise NotImplementedError
 
-    def _weights_of(self, stream: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The weights `read` computed for this very tensor, else computed now."""
-        last, self._last = self._last, None
-        if last is not None and last[0] is stream:
-            return last[1]
-        return self.weights(stream)
+    def _mix(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """M H in one batched product: [input; mixed copies] [B, T, n+1, D], and the
+        write weights."""
+        m, write_weights = self.mixing(stream)
+        return m @ stream, write_weights
 
-    def _remember(self, stream: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        w = self.weights(stream)
-        self._last = (stream, w)
-        return w
+    def read(self, stream: torch.Tensor) -> torch.Tensor:
+        """The sublayer's input [B, T, D]; the mixed copies wait for `forward`."""
+        mixed, write_weights = self._mix(stream)
+        self._last = (stream, (mixed, write_weights))
+        return mixed[..., 0, :]
+
+    def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
+        """The new copies: write weights x F(h_0) + the mixed copies."""
+        last, self._last = self._last, None
+        mixed, write_weights = last[1] if last is not None and last[0] is stream else (
+            self._mix(stream))
+        return torch.addcmul(mixed[..., 1:, :], write_weights.unsqueeze(-1), write.unsqueeze(-2))
 
 
 class HyperConnection(_Streams):
@@ -138,26 +152,15 @@ class HyperConnection(_Streams):
             self.dynamic_alpha_scale.fill_(DYNAMIC_SCALE_INIT)
             self.dynamic_beta_scale.fill_(DYNAMIC_SCALE_INIT)
 
-    def weights(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """alpha [B, T, n, n+1] and beta [B, T, n] for H = `stream` [B, T, n, D]."""
+    def mixing(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """alpha^T [B, T, n+1, n] and beta [B, T, n] for H = `stream` [B, T, n, D]
+        (W_a and W_b applied as one matrix)."""
+        fns = torch.cat([self.dynamic_alpha_fn, self.dynamic_beta_fn.unsqueeze(-1)], dim=-1)
         normed = F.layer_norm(stream, stream.shape[-1:], eps=self.eps)
-        alpha = self.static_alpha + self.dynamic_alpha_scale * torch.tanh(
-            normed @ self.dynamic_alpha_fn)
-        beta = self.static_beta + self.dynamic_beta_scale * torch.tanh(
-            normed @ self.dynamic_beta_fn)
-        return self.hook_alpha(alpha), self.hook_beta(beta)
-
-    def read(self, stream: torch.Tensor) -> torch.Tensor:
-        """h_0 = A_m^T H: the sublayer's input [B, T, D]."""
-        alpha, _ = self._remember(stream)
-        return torch.einsum("btn,btnd->btd", alpha[..., 0], stream)
-
-    def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
-        """H <- B^T F(h_0) + A_r^T H."""
-        alpha, beta = self._weights_of(stream)
-        mixed = alpha[..., 1:].transpose(-1, -2) @ stream  # A_r^T H, [B, T, n, D]
-        return beta.unsqueeze(-1) * write.unsqueeze(-2) + mixed
-
+        dynamic = torch.tanh(normed @ fns)
+        alpha = self.hook_alpha(self.static_alpha + self.dynamic_alpha_scale * dynamic[..., :-1])
+        beta = self.hook_beta(self.static_beta + self.dynamic_beta_scale * dynamic[..., -1])
+        return alpha.transpose(-1, -2), beta
 
 
 class ManifoldHyperConnection(_Streams):
@@ -181,11 +184,14 @@ class ManifoldHyperConnection(_Streams):
         nn.init.ones_(self.scales)
 
     def weights(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """pre [B, T, n], post [B, T, n] and comb [B, T, n, n] for H = `stream`."""
+        """pre [B, T, n], post [B, T, n] and comb [B, T, n, n] for H = `stream`.
+
+        RMSNorm(x) W is computed as (x W) / rms(x): the same numbers without writing
+        out the normalised copy of the wide stream."""
         n = self.n
         flat = stream.flatten(-2)
-        flat = flat * torch.rsqrt(flat.square().mean(-1, keepdim=True) + self.eps)
-        pre_w, post_w, comb_w = F.linear(flat, self.fn).split([n, n, n * n], dim=-1)
+        inv_rms = torch.rsqrt(flat.square().mean(-1, keepdim=True) + self.eps)
+        pre_w, post_w, comb_w = (F.linear(flat, self.fn) * inv_rms).split([n, n, n * n], dim=-1)
         pre_b, post_b, comb_b = self.base.split([n, n, n * n])
         pre = torch.sigmoid(pre_w * self.scales[0] + pre_b) + HC_EPS
         post = 2 * torch.sigmoid(post_w * self.scales[1] + post_b)
@@ -194,13 +200,7 @@ class ManifoldHyperConnection(_Streams):
         comb = sinkhorn(comb)
         return self.hook_pre(pre), self.hook_post(post), self.hook_comb(comb)
 
-    def read(self, stream: torch.Tensor) -> torch.Tensor:
-        """h_0 = sum_j pre_j H_j: the sublayer's input [B, T, D]."""
-        pre, _, _ = self._remember(stream)
-        return (pre.unsqueeze(-1) * stream).sum(dim=-2)
-
-    def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
-        """H <- post F(h_0) + comb^T H."""
-        _, post, comb = self._weights_of(stream)
-        return post.unsqueeze(-1) * write.unsqueeze(-2) + comb.transpose(-1, -2) @ stream
-
+    def mixing(self, stream: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[pre; comb^T] [B, T, n+1, n] and post [B, T, n]."""
+        pre, post, comb = self.weights(stream)
+        return torch.cat([pre.unsqueeze(-2), comb.transpose(-1, -2)], dim=-2), post
