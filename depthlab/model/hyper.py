@@ -35,12 +35,15 @@ mHC (`residual=mhc`; Xie et al., DeepSeek-AI, "mHC: Manifold-Constrained
     blow up nor vanish (the paper's "Amax gain magnitude" stays near 1; see
     depthlab.probes.mixing). Init as transformers': W ~ N(0, init_std), b = 0,
     s = 1, so pre ~ 1/2, post ~ 1, comb ~ uniform. The model's final read is the sum
-    of the copies, as in HC (DeepSeek-V4 learns one more sigmoid collapse there,
-    `DeepseekV4HyperHead`; its scale is undone by the final RMSNorm that follows).
+    of the copies, as in HC (DeepSeek-V4 learns one more sigmoid-weighted collapse
+    there, `DeepseekV4HyperHead`; the sum keeps every write's module alike, with no
+    parameters that only the last one would use).
 
-The mixing weights come from the stream each write reads; `read` computes them and
-`forward` reuses them when handed the same stream tensor (Block.forward passes the
-same `x` to both), and recomputes them otherwise. Hook points show them:
+The mixing weights come from the stream each write reads. `read` computes them and
+one batched product M H, M = [A_m | A_r]^T (HC) or [pre | comb]^T (mHC), gives both
+the sublayer's input (row 0) and the mixed copies (rows 1..n); `forward` adds the
+weighted write to the copies it kept when handed the same stream tensor (Block.forward
+passes the same `x` to both), and recomputes them otherwise. Hook points show them:
 `*_residual.hook_alpha` / `hook_beta` (HC), `hook_pre` / `hook_post` / `hook_comb` (mHC).
 """
 

@@ -105,8 +105,7 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
     def keep(t: torch.Tensor, name: str) -> None:
         acts[name] = t
 
-    names = ["hook_embed"] + [f"blocks.{i}.hook_{s}" for i in range(L)
-                              for s in ("resid_pre", "resid_mid", "resid_post")]
+    names = [f"blocks.{i}.hook_{s}" for i in range(L) for s in ("resid_pre", "resid_mid", "resid_post")]
     with torch.enable_grad(), model.hooks(fwd=[(n, keep) for n in names]):
         logits = model(x)
         loss = _loss(logits, y)
@@ -117,7 +116,7 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
     rms = lambda t: stream_view(t).detach().float().pow(2).mean().sqrt().item()
     # The stream as opened (the embedding, or its copies), then after each write.
     writes = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_{s}" for i in range(L)
-                               for s in ("resid_mid", "resid_post")]
+                                            for s in ("resid_mid", "resid_post")]
     param_grads = iter(grads[L:])
     grad_params = []
     for ps in params:
