@@ -32,6 +32,7 @@ paper's Block AttnRes attends over block sums to avoid that at scale).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from depthlab.hooks import HookPoint
@@ -63,10 +64,14 @@ class AttentionResidual(nn.Module):
         return stream.sum(dim=-2)
 
     def read(self, stream: torch.Tensor) -> torch.Tensor:
-        """x_l = k * sum_i softmax_i(w . RMSNorm(v_i)) v_i, [B, T, D]."""
-        keys = stream * torch.rsqrt(stream.square().mean(-1, keepdim=True) + self.eps)
-        weights = self.hook_depth_weights(torch.softmax(keys @ self.query, dim=-1))
-        return stream.shape[-2] * torch.einsum("btk,btkd->btd", weights, stream)
+        """x_l = k * sum_i softmax_i(w . RMSNorm(v_i)) v_i, [B, T, D].
+
+        w . RMSNorm(v) is computed as (w . v) / rms(v), without writing out the
+        normalised history."""
+        inv_rms = torch.rsqrt(stream.square().mean(-1) + self.eps)
+        logits = F.linear(stream, self.query.unsqueeze(0)).squeeze(-1) * inv_rms
+        weights = self.hook_depth_weights(torch.softmax(logits, dim=-1))
+        return stream.shape[-2] * (weights.unsqueeze(-2) @ stream).squeeze(-2)
 
     def scale(self, h: torch.Tensor) -> torch.Tensor:
         return h
