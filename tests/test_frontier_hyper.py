@@ -321,3 +321,22 @@ def test_every_widened_stream_trains(residual, n):
         assert torch.equal(grads.pop("blocks.0.attn_residual.query"), torch.zeros(16))
     assert grads and all(g is not None and g.abs().sum() > 0 for g in grads.values())
     assert len(after["resid_rms"]) == 2 * TINY.n_layers + 1 and len(after["grad_params"]) == 3
+
+
+def test_sinkhorn_backward_matches_autograd_through_the_steps():
+    def reference(m, iters=20, eps=HC_EPS):  # transformers' loop, differentiated by autograd
+        m = m / (m.sum(dim=-2, keepdim=True) + eps)
+        for _ in range(iters - 1):
+            m = m / (m.sum(dim=-1, keepdim=True) + eps)
+            m = m / (m.sum(dim=-2, keepdim=True) + eps)
+        return m
+
+    gen = torch.Generator().manual_seed(0)
+    m = (torch.rand(3, 5, 4, 4, generator=gen, dtype=torch.float64) + 0.05).requires_grad_()
+    g = torch.randn(3, 5, 4, 4, generator=gen, dtype=torch.float64)
+    ours, = torch.autograd.grad((sinkhorn(m) * g).sum(), m)
+    theirs, = torch.autograd.grad((reference(m) * g).sum(), m)
+    assert torch.allclose(sinkhorn(m), reference(m), atol=1e-14)
+    assert torch.allclose(ours, theirs, atol=1e-12)
+    small = (torch.rand(2, 3, 3, generator=gen, dtype=torch.float64) + 0.1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: sinkhorn(x, 5), (small,))

@@ -65,15 +65,40 @@ def sinkhorn(m: torch.Tensor, iters: int = SINKHORN_ITERS, eps: float = HC_EPS) 
     normalisation, then `iters - 1` rounds of row and column normalisation (the order
     of `DeepseekV4HyperConnection`, whose input is already row-normalised by softmax).
 
-    The matrix axes are moved to the front while iterating: the sums then run over
-    contiguous rows of all tokens at once, about 4x faster on a CPU than summing
-    n = 4 neighbouring numbers per token."""
-    m = m.movedim((-2, -1), (0, 1)).contiguous()  # [n, n, ...]
-    m = m / (m.sum(dim=0, keepdim=True) + eps)
-    for _ in range(iters - 1):
-        m = m / (m.sum(dim=1, keepdim=True) + eps)
-        m = m / (m.sum(dim=0, keepdim=True) + eps)
-    return m.movedim((0, 1), (-2, -1))
+    Each step is y = x / (sum of x along one axis + eps). The matrix axes are moved to
+    the front, so the sums run over contiguous rows of all tokens at once, and the
+    backward is written out (`_Sinkhorn`): together about 5x faster on a CPU than
+    autograd through 39 small steps on [..., n, n]."""
+    return _Sinkhorn.apply(m, iters, eps)
+
+
+def _sinkhorn_axes(iters: int) -> list[int]:
+    """The axis each step sums over, with the matrix axes in front: 0 columns, 1 rows."""
+    return [0] + [1, 0] * (iters - 1)
+
+
+class _Sinkhorn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, m: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
+        m = m.movedim((-2, -1), (0, 1)).contiguous()  # [n, n, ...]
+        ctx.axes = _sinkhorn_axes(iters)
+        saved = []
+        for axis in ctx.axes:
+            total = m.sum(dim=axis, keepdim=True) + eps
+            m = m / total
+            saved += [m, total]
+        ctx.save_for_backward(*saved)
+        return m.movedim((0, 1), (-2, -1))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        # y = x / s with s = sum(x) + eps along one axis: dx = (dy - sum(dy * y)) / s.
+        g = grad.movedim((-2, -1), (0, 1)).contiguous()
+        saved = ctx.saved_tensors
+        for k in reversed(range(len(ctx.axes))):
+            y, total = saved[2 * k], saved[2 * k + 1]
+            g = (g - (g * y).sum(dim=ctx.axes[k], keepdim=True)) / total
+        return g.movedim((0, 1), (-2, -1)), None, None
 
 
 class _Streams(nn.Module):
