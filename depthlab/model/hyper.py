@@ -103,7 +103,7 @@ class _Sinkhorn(torch.autograd.Function):
 
 class _Streams(nn.Module):
     """What both designs share: n copies opened from the embedding, summed at the end,
-    and the weights of one stream remembered between `read` and `forward`."""
+    and the mixed copies of one stream kept from `read` for `forward`."""
 
     write_index = 0  # which write of the stack this is (set by the Transformer)
 
