@@ -22,8 +22,11 @@ from depthlab.errors import ConfigError, read_json_object
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt")
 PLACEMENTS = ("pre", "post", "sandwich", "output")
-RESIDUALS = ("none", "plain", "scaled", "rezero", "deepnorm")  # depthlab.model.residual
+# depthlab.model.residual:
+RESIDUALS = ("none", "plain", "scaled", "rezero", "deepnorm", "hc", "mhc", "attnres")
 NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sqrt(l)
+WIDE_RESIDUALS = ("hc", "mhc")  # the residuals that carry model.streams copies
+MAX_STREAMS = 16
 FFNS = ("relu", "gelu", "swiglu")
 POSITIONS = ("rope", "learned")
 
@@ -58,6 +61,7 @@ class ModelConfig:
     residual: str = "plain"
     norm_scale: str = "none"  # depth: LayerNorm Scaling (Sun et al. 2025), Block in_norm_scale
     value_residual: bool = False  # ResFormer: later layers mix in layer 0's V (Zhou et al. 2024)
+    streams: int = 1  # copies of the residual stream, for residual=hc/mhc (hyper-connections)
     final_norm: bool = True
     qk_norm: bool = False
     attn_gate: bool = False  # sigmoid gate on the attention output (q_proj doubled)
@@ -313,6 +317,11 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     _one_of("model.position", m.position, POSITIONS)
     for name in ("vocab_size", "context_len", "d_model", "n_heads"):
         _positive(f"model.{name}", getattr(m, name))
+    if not 1 <= m.streams <= MAX_STREAMS:
+        raise ConfigError(f"model.streams must be between 1 and {MAX_STREAMS}, got {m.streams}")
+    if m.streams > 1 and m.residual not in WIDE_RESIDUALS:
+        raise ConfigError(f"model.streams={m.streams} needs model.residual={' or '.join(WIDE_RESIDUALS)} "
+                          f"(n copies of the stream); got model.residual={m.residual!r}")
     for name in ("norm_eps", "rope_theta", "init_std", "init_gain"):
         _positive(f"model.{name}", getattr(m, name))
     if not 1 <= m.n_layers <= MAX_LAYERS:

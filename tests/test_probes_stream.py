@@ -1,5 +1,5 @@
 """The one reading of the residual stream (depthlab.probes.stream): known answers for
-`reduce_stream` on a plain stream and on one that carries n copies, and one command
+`reduce_stream` on a plain stream and on one that carries n copies (read as their sum), and one command
 behind both names of the run probe."""
 
 import math
@@ -18,13 +18,13 @@ def test_a_plain_stream_is_its_own_tokens_and_its_rms_is_over_every_element():
     assert rms.item() == pytest.approx(math.sqrt((9 + 16) / 4))
 
 
-def test_a_stream_of_copies_has_rms_over_all_copies_and_collapse_on_their_sum():
+def test_a_wide_stream_is_read_as_the_sum_of_its_copies():
     a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])  # copy 0: [T=2, D=2]
     b = torch.tensor([[1.0, 0.0], [0.0, -2.0]])  # copy 1
     x = torch.stack([a, b], dim=1)[None]  # [B=1, T=2, n=2, D=2]
     rms, tokens = reduce_stream(x)
-    assert rms.item() == pytest.approx(math.sqrt((1 + 4 + 1 + 4) / 8))
     assert torch.equal(tokens, torch.tensor([[[2.0, 0.0], [0.0, 0.0]]]))  # a + b: [B, T, D]
+    assert rms.item() == pytest.approx(math.sqrt(4 / 4))  # RMS of a + b
 
 
 def test_collapse_of_identical_and_of_orthogonal_tokens():

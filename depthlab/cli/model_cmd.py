@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
+from depthlab.config import WIDE_RESIDUALS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +61,8 @@ def describe(args: argparse.Namespace) -> int:
     from depthlab.model.transformer import Block
 
     print(f"{m.n_layers} blocks x 2 sublayers = {m.n_writes} writes into the residual stream")
-    print(f"norm={m.norm} placement={m.placement} residual={m.residual} ffn={m.ffn} "
+    streams = f" streams={m.streams}" if m.residual in WIDE_RESIDUALS else ""
+    print(f"norm={m.norm} placement={m.placement} residual={m.residual}{streams} ffn={m.ffn} "
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
           f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm} "
           f"norm_scale={m.norm_scale} value_residual={m.value_residual}")

@@ -20,6 +20,12 @@ Entries:
           "ReZero is All You Need", eq. 3): every block is the identity at init
   deepnorm x <- LN(alpha * x + F(x)), alpha = (2N)^(1/4), with v/o/FFN init times
           beta = (8N)^(-1/4) (Wang et al. 2022, DeepNet); needs placement=post
+  hc      n copies of the stream [B, T, n, D], static + dynamic width/depth connections
+          (Zhu et al., ICLR 2025; depthlab.model.hyper)
+  mhc     hc with a doubly stochastic mixing matrix by Sinkhorn-Knopp (DeepSeek, mHC;
+          depthlab.model.hyper)
+  attnres each read a softmax mix over depth of all earlier writes, the stream being
+          their history [B, T, k, D] (Kimi, Attention Residuals; depthlab.model.depth_attention)
 """
 
 from __future__ import annotations
@@ -30,32 +36,9 @@ import torch
 from torch import nn
 
 from depthlab.config import ModelConfig
-
-
-class Residual(nn.Module):
-    """x <- x + F(x). Subclasses change one of read / scale / forward (or open / close)."""
-
-    def open(self, x: torch.Tensor) -> torch.Tensor:
-        """The embedding [B, T, D] -> the stream the first block reads."""
-        return x
-
-    def close(self, stream: torch.Tensor) -> torch.Tensor:
-        """The last stream -> [B, T, D] for the final norm and the LM head."""
-        return stream
-
-    def read(self, stream: torch.Tensor) -> torch.Tensor:
-        return stream
-
-    def scale(self, h: torch.Tensor) -> torch.Tensor:
-        return h
-
-    def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
-        return stream + write
-
-    def init_scale(self, param_name: str) -> float:
-        """Factor on the init std of the linear `param_name` (`init_weights` asks): 1, or
-        a design's own init rule (deepnorm's beta)."""
-        return 1.0
+from depthlab.model.depth_attention import AttentionResidual
+from depthlab.model.hyper import HyperConnection, ManifoldHyperConnection
+from depthlab.model.residual_base import Residual, stream_view
 
 
 class NoResidual(Residual):
@@ -143,13 +126,21 @@ RESIDUAL_BUILDERS = {
     "scaled": lambda cfg: ScaledResidual(cfg.write_scale),
     "rezero": lambda cfg: ReZeroResidual(),
     "deepnorm": lambda cfg: DeepNormResidual(cfg.n_layers),
+    "hc": lambda cfg: HyperConnection(cfg.d_model, cfg.streams, cfg.norm_eps),
+    "mhc": lambda cfg: ManifoldHyperConnection(cfg.d_model, cfg.streams, cfg.norm_eps,
+                                               cfg.init_std),
+    "attnres": lambda cfg: AttentionResidual(cfg.d_model, cfg.norm_eps),
 }
 
 
 # Residuals with parameters: `init_weights` calls their reset_parameters.
-RESIDUAL_PARAMETERS = (ReZeroResidual,)
+RESIDUAL_PARAMETERS = (ReZeroResidual, HyperConnection, ManifoldHyperConnection,
+                       AttentionResidual)
 
 
 def make_residual(cfg: ModelConfig) -> Residual:
     """One write's residual module for `cfg.residual` (validated with the config)."""
     return RESIDUAL_BUILDERS[cfg.residual](cfg)
+
+
+__all__ = ["RESIDUAL_BUILDERS", "RESIDUAL_PARAMETERS", "Residual", "make_residual", "stream_view"]

@@ -60,7 +60,12 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
 
     block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
                     "hook_resid_post"]
-    stages = ["hook_embed", *(f"blocks.0.{s}" for s in block_stages), "hook_final"]
+    # attnres's stream is the history of all writes: its shape grows block by block.
+    traced_blocks = cfg.n_layers if cfg.residual == "attnres" else 1
+    if traced_blocks > 1:
+        model = build_meta(cfg)
+    stages = ["hook_embed", *(f"blocks.{i}.{s}" for i in range(traced_blocks)
+                              for s in block_stages), "hook_final"]
     traced: dict[str, tuple[int, ...]] = {}
 
     def record(t: torch.Tensor, name: str) -> None:
@@ -71,6 +76,7 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
         logits = model(idx)
     shapes = [("hook_embed", traced["hook_embed"])]
     for i in range(cfg.n_layers):
-        shapes += [(f"blocks.{i}.{s}", traced[f"blocks.0.{s}"]) for s in block_stages]
+        shapes += [(f"blocks.{i}.{s}", traced[f"blocks.{min(i, traced_blocks - 1)}.{s}"])
+                   for s in block_stages]
     shapes += [("hook_final", traced["hook_final"]), ("logits", tuple(logits.shape[1:]))]
     return ModelSummary(by_component, sum(by_component.values()), per_block, shapes)

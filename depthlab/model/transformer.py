@@ -114,6 +114,8 @@ class Transformer(HookedModule):
         )
         self.hook_embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        for i, block in enumerate(self.blocks):  # for residuals whose init depends on depth
+            block.attn_residual.write_index, block.mlp_residual.write_index = 2 * i, 2 * i + 1
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm else None
         self.hook_final = HookPoint()
         self._rope_tables: dict = {}

@@ -22,20 +22,21 @@ import torch.nn.functional as F
 from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.hooks import ActivationCache
+from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import mean_cosine, rel_distance
 
 
 def reduce_stream(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One stream state, batched, reduced for the probes: (rms, tokens).
 
-    x is [B, T, D], or [B, T, n, D] for a model that carries n copies of the stream
-    (hyper-connections). rms (a 0-dim tensor) is over every element, all copies
-    included: the size of everything the stream carries. tokens is [B, T, D], the sum
-    of the copies (what a readout of the stream sees); token collapse is measured on it.
+    x is [B, T, D], or wider for residuals that carry more than one stream: [B, T, n, D]
+    for the n copies of hc/mhc, [B, T, k, D] for attnres's history of writes. tokens is
+    `depthlab.model.residual.stream_view(x)` ([B, T, D]: the sum along the third axis,
+    what the model itself reads out at the end); rms (0-dim) and token collapse are
+    measured on it, so every residual is read the way its own stack would be read.
     """
-    rms = x.pow(2).mean().sqrt()
-    tokens = x if x.dim() == 3 else x.flatten(2, -2).sum(dim=2)
-    return rms, tokens
+    tokens = stream_view(x)
+    return tokens.pow(2).mean().sqrt(), tokens
 
 
 def collapse(tokens: torch.Tensor) -> dict[str, list[float]]:
@@ -60,7 +61,9 @@ def stream_measures(cache: ActivationCache, n_layers: int, first: torch.Tensor) 
     gradient norm at the stream each sublayer reads (and relative to the top one), and RMS
     and token collapse of each stream state (2L + 1: `first`, then after each write)."""
     reads, writes = stream_sites(n_layers)
-    norms = torch.stack([cache.grads[n].double().norm() for n in reads])
+    norms = torch.stack([cache.grads[n].double().norm() for n in reads])  # all entries of a wide stream
+    opened = cache[reads[0]]  # the stream as the stack opened it: `first` itself, or its copies
+    first = first if opened.ndim == 3 else opened
     states = [reduce_stream(s.double()) for s in [first.detach(), *(cache[n] for n in writes)]]
     per_layer = norms / norms[-1]
     return {"sublayers": [f"{i}.{kind}" for i in range(n_layers) for kind in ("attn", "mlp")],
@@ -77,8 +80,8 @@ def training_probe(model: Any, x: torch.Tensor, y: torch.Tensor,
     Returns the logits and {"loss", "resid_rms" (2L + 1: embedding, then after each
     write), "grad_resid_pre" (|dLoss/dx| at blocks.{i}.hook_resid_pre: the gradient block
     i receives from everything above it), "grad_params" (norm of block i's parameter
-    gradients)}. Computed with autograd.grad, so the .grad fields, which the next
-    optimizer step reads, stay untouched.
+    gradients)}; a widened stream's RMS is that of `reduce_stream`. Computed with
+    autograd.grad, so the .grad fields, which the next optimizer step reads, stay untouched.
     """
     L = len(model.blocks)
     acts: dict[str, torch.Tensor] = {}
@@ -87,7 +90,7 @@ def training_probe(model: Any, x: torch.Tensor, y: torch.Tensor,
         acts[name] = t
 
     _, writes = stream_sites(L)
-    writes = ["hook_embed", *writes]
+    writes = ["blocks.0.hook_resid_pre", *writes]  # the stream as opened, then after each write
     pre = [f"blocks.{i}.hook_resid_pre" for i in range(L)]
     with torch.enable_grad(), model.hooks(fwd=[(n, keep) for n in dict.fromkeys(writes + pre)]):
         logits = model(x)
