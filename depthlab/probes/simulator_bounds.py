@@ -7,7 +7,7 @@ checks its requests against them.
 
 from __future__ import annotations
 
-from depthlab.config import RESIDUALS
+from depthlab.config import RESIDUALS, WIDE_RESIDUALS
 
 MAX_DEPTH = 256  # the CLI's bound; the page's slider stops at PAGE_MAX_DEPTH
 PAGE_MAX_DEPTH = 64  # also the API's compute budget per request (docs/page.md)
@@ -21,10 +21,8 @@ RESIDUAL_CHOICES = RESIDUALS
 # Residuals whose norm slot is after the add (the config allows them only with
 # placement=post): for them the simulator's norm switch puts the RMSNorm there.
 POST_NORM_RESIDUALS = ("deepnorm",)
-# Residuals that carry model.streams copies of the stream (hyper-connections): the toy
-# stack gives them this many, the setting of DeepSeek-V4 (hc_mult 4) and of the
-# residual-frontier experiment.
-WIDE_RESIDUALS = ("hc", "mhc")
+# The copies of the stream the toy stack gives a residual of config.WIDE_RESIDUALS
+# (hyper-connections): DeepSeek-V4's hc_mult and the residual-frontier experiment's n.
 SIM_STREAMS = 4
 
 

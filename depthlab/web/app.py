@@ -258,7 +258,7 @@ def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:
     def experiment(name: ExperimentName) -> dict:
         return runs.export(name)
 
-    @app.get("/api/frontier", tags=["measurements"], responses=error_responses(404),
+    @app.get("/api/frontier", tags=["measurements"],
              summary="The residual-frontier experiment's frontier.json (the beyond section)")
     def frontier() -> dict:
         return runs.frontier()

@@ -117,12 +117,11 @@ class Runs:
 
     def frontier(self) -> dict:
         """The residual-frontier experiment's frontier.json (beside its export.json), the
-        data of the page's "beyond" section; 404 with the command that writes it."""
+        data of the page's "beyond" section: {"has_data", "command", "frontier": the file
+        or null}. A missing file is an answer, not an error: the section says how to run it."""
         data = _read_json(self.root / FRONTIER / "frontier.json")
-        if data is None:
-            raise RunError(404, f"{FRONTIER}: no frontier.json yet; run "
-                           f"`depthlab experiment {FRONTIER} --budget quick --out {self.root}`")
-        return data
+        return {"has_data": data is not None, "frontier": data,
+                "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
 
     def summary(self) -> list[dict]:
         questions = known_experiments()

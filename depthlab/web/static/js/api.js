@@ -130,9 +130,7 @@
       norms: (req) => Promise.resolve(DL.arith.norms(req.x, req.eps)),
       growth: () => need(data.growth, "the growth probe"),
       composite: () => need(data.composite, "the composite gain"),
-      // null when the experiment had not been run at export time: a 404, as the server says
-      frontier: () => (data.frontier ? Promise.resolve(data.frontier)
-        : Promise.reject(Object.assign(new Error("frontier.json is not in this static copy"), { status: 404 }))),
+      frontier: () => need(data.frontier, "the residual-frontier data"),
       block: (preset, placement) => need((data.blocks[preset] || {})[placement || ""], "this block"),
       anatomy: (name) => need((data.anatomy || {})[name], "the anatomy of " + name),
       anatomyConfigs: () => need(data.anatomy_configs, "the anatomy list"),

@@ -259,10 +259,10 @@
     depthPart(box, f);
   }
 
-  function notRun(box, source) {
+  function notRun(box, source, command) {
     box.append(h("h3", {}, DL.t("bx.exp.h")),
                h("p", { id: "bx-notrun" }, DL.t(source.kind === "static" ? "bx.exp.static" : "bx.exp.none")),
-               h("pre", {}, COMMAND));
+               h("pre", {}, command));
   }
 
   DL.figures.beyond = function (source, showError) {
@@ -270,6 +270,7 @@
     let spec = null;
     let composite = null;
     let frontier; // undefined: loading; null: not run
+    let command = COMMAND; // the server's, with its runs folder
     function render() {
       body.textContent = "";
       const sim = h("div", { class: "panel", id: "bx-sim" });
@@ -279,16 +280,13 @@
       tryLinks(sim, spec);
       if (composite) compositePart(gain, composite);
       if (frontier) frontierPart(exp, frontier);
-      else if (frontier === null) notRun(exp, source);
+      else if (frontier === null) notRun(exp, source, command);
       body.dataset.ready = String(composite != null && frontier !== undefined);
     }
     Promise.all([
       source.meta().then((m) => { spec = m.simulator; }),
       source.composite({}).then((r) => { composite = r; }),
-      source.frontier().then((f) => { frontier = f; }, (e) => {
-        if (e && e.status === 404) frontier = null;
-        else throw e;
-      }),
+      source.frontier().then((r) => { frontier = r.has_data ? r.frontier : null; command = r.command; }),
     ]).then(render).catch((e) => { frontier = frontier === undefined ? null : frontier; render(); showError(e); });
     return { update() {}, relabel: render };
   };
