@@ -144,7 +144,6 @@ def _check_drawn(page, data: dict, rel: float = 1e-12) -> None:
 
 def test_composite_gain_route_equals_python(live, browser):
     from depthlab.probes.mixing import gains_over_depth, random_mixing
-
     from depthlab.probes.simulator_mixing import composite_curves
 
     page, watch = _open(browser, live + "#lang=en")
