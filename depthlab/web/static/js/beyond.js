@@ -107,7 +107,7 @@
     const ok = arms.map(([, a], i) => [a.arm, mean[i], a.spread]).filter(([, m]) => m != null);
     const best = ok.reduce((b, c) => (c[1] < b[1] ? c : b), ok[0] || [null, null, null]);
     const plain = ok.find(([arm]) => arm === "plain");
-    const text = best[0] == null ? DL.t("bx.read.loss.none", { depth }) : DL.t("bx.read.loss", {
+    const text = best[0] == null ? DL.t("bx.read.loss.none", { depth }) : DL.t(plain ? "bx.read.loss" : "bx.read.loss.noplain", {
       depth, best: armName(best[0]), v: fmt(best[1], 4), s: fmt(best[2], 2), seeds: f.seeds,
       plain: plain ? fmt(plain[1], 4) : "—", ps: plain ? fmt(plain[2], 2) : "—",
       uni: fmt(base.unigram, 4), bi: fmt(base.bigram, 4) });
@@ -155,34 +155,39 @@
     return "rgb(" + mix(r) + "," + mix(g) + "," + mix(b) + ")";
   }
 
-  // Small matrices side by side: one SVG, each matrix a grid of cells; hovering or focusing
-  // a cell writes its value under the figure. rows(m) gives the rows of matrix m.
+  // Small matrices side by side, PER_ROW to a line: one SVG, each matrix a grid of cells;
+  // hovering a cell writes its value under the figure (and its <title> is the tooltip).
+  const PER_ROW = 12;
   function heatmap(id, mats, titleOf, cellText, ariaLabel) {
     const NS = "http://www.w3.org/2000/svg";
     const cell = 9;
     const gap = 10;
     const top = Math.max(1e-12, ...mats.flatMap((m) => m.rows.flat().filter((v) => v != null).map(Math.abs)));
-    const width = mats.reduce((w, m) => w + m.cols * cell + gap, 0);
-    const height = Math.max(...mats.map((m) => m.rows.length)) * cell + 16;
+    const boxW = Math.max(...mats.map((m) => m.cols)) * cell + gap;
+    const boxH = Math.max(...mats.map((m) => m.rows.length)) * cell + 16;
+    const cols = Math.min(PER_ROW, mats.length);
+    const width = cols * boxW;
+    const height = Math.ceil(mats.length / PER_ROW) * boxH;
     const svg = document.createElementNS(NS, "svg");
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
-    svg.setAttribute("width", String(Math.min(width * 2, 1200)));
+    svg.setAttribute("width", String(Math.min(width * 2, 1100)));
     svg.setAttribute("role", "img");
     svg.setAttribute("aria-label", ariaLabel);
     svg.setAttribute("class", "heatmap");
     svg.id = id;
     const out = h("p", { class: "readout", id: id + "-ro", "aria-live": "polite" });
-    let x = 0;
     mats.forEach((m, mi) => {
+      const x = (mi % PER_ROW) * boxW;
+      const y = Math.floor(mi / PER_ROW) * boxH;
       const label = document.createElementNS(NS, "text");
       label.setAttribute("x", String(x));
-      label.setAttribute("y", "8");
+      label.setAttribute("y", String(y + 8));
       label.setAttribute("font-size", "7");
       label.textContent = titleOf(mi);
       svg.append(label);
       m.rows.forEach((row, i) => row.forEach((v, j) => {
         const r = document.createElementNS(NS, "rect");
-        Object.entries({ x: x + j * cell, y: 12 + i * cell, width: cell - 1, height: cell - 1, fill: colour(v, top) })
+        Object.entries({ x: x + j * cell, y: y + 12 + i * cell, width: cell - 1, height: cell - 1, fill: colour(v, top) })
           .forEach(([k, val]) => r.setAttribute(k, String(val)));
         const text = cellText(mi, i, j, v);
         const tip = document.createElementNS(NS, "title");
@@ -191,7 +196,6 @@
         r.addEventListener("mouseenter", () => { out.textContent = text; });
         svg.append(r);
       }));
-      x += m.cols * cell + gap;
     });
     return [svg, out];
   }
