@@ -215,6 +215,11 @@ BAD = [
     ("get", "/api/experiments/nope/status", None, "name"),
     ("post", "/api/experiments/nope/run", {}, "name"),
     ("post", "/api/experiments/residual/run", {"budget": "full"}, "budget"),
+    ("post", "/api/composite", {"streams": 1}, "streams"),
+    ("post", "/api/composite", {"depth": 129}, "depth"),
+    ("post", "/api/composite", {"spread": 0}, "spread"),
+    ("post", "/api/composite", {"draws": 33}, "draws"),
+    ("post", "/api/composite", {"sideways": 1}, "sideways"),
 ]
 
 
@@ -246,7 +251,8 @@ def test_openapi_lists_every_endpoint(client):
                 ("/api/block", "get"), ("/api/anatomy", "get"), ("/api/anatomy/{config}", "get"),
                 ("/api/evolution", "get"), ("/api/experiments", "get"),
                 ("/api/experiments/{name}", "get"), ("/api/experiments/{name}/status", "get"),
-                ("/api/experiments/{name}/run", "post")}
+                ("/api/experiments/{name}/run", "post"), ("/api/composite", "post"),
+                ("/api/frontier", "get")}
     found = {(p, m) for p, ops in spec["paths"].items() for m in ops}
     assert expected <= found
     schemas = spec["components"]["schemas"]
@@ -276,3 +282,40 @@ def test_answers_are_cached(client):
     hits = compute.simulate.cache_info().hits
     client.post("/api/simulate", json=body)
     assert compute.simulate.cache_info().hits == hits + 1
+
+
+def test_composite_gain_is_pythons(client):
+    from depthlab.probes.mixing import composite_gain, random_mixing
+    from depthlab.probes.simulator_mixing import composite_curves
+
+    r = client.post("/api/composite", json={"streams": 3, "depth": 12, "spread": 0.3, "draws": 5})
+    assert r.status_code == 200
+    got = r.json()
+    assert got == composite_curves(3, 12, 0.3, 5).to_json()
+    assert got["depth"] == list(range(1, 13))
+    # the median at depth 12 is the median of each draw's gain of its 12-matrix product
+    for name, constrained in (("hc", False), ("mhc", True)):
+        gains = sorted(composite_gain(random_mixing(3, 12, 0.3, seed, constrained)) for seed in range(5))
+        assert got[name]["median"][-1] == pytest.approx(gains[2], rel=1e-12)
+        assert got[name]["lo"][-1] == pytest.approx(gains[0], rel=1e-12)
+        assert got[name]["hi"][-1] == pytest.approx(gains[-1], rel=1e-12)
+    # the page's default: 60 writes, HC grows by an order of magnitude, mHC stays at 1
+    page = client.post("/api/composite", json={}).json()
+    assert len(page["depth"]) == 60 and page["hc"]["median"][-1] > 10
+    assert all(abs(v - 1) < 1e-3 for v in page["mhc"]["lo"] + page["mhc"]["hi"])
+
+
+def test_frontier_absent_present_and_corrupt(client, runs):
+    r = client.get("/api/frontier")
+    assert r.status_code == 200
+    assert r.json() == {"has_data": False, "frontier": None,
+                        "command": f"depthlab experiment residual-frontier --budget quick --out {runs}"}
+    folder = runs / "residual-frontier"
+    folder.mkdir()
+    (folder / "frontier.json").write_text('{"seeds": 3, "arms": {}', encoding="utf-8")  # cut short
+    body = client.get("/api/frontier").json()
+    assert body["has_data"] is False and "frontier.json is not a readable JSON object" in body["error"]
+    data = {"seeds": 3, "baselines": {"unigram": 3.3}, "arms": {}, "learned": {}, "timing": {}}
+    (folder / "frontier.json").write_text(json.dumps(data), encoding="utf-8")
+    body = client.get("/api/frontier").json()
+    assert body["has_data"] is True and body["frontier"] == data and "error" not in body

@@ -119,9 +119,13 @@ class Runs:
         """The residual-frontier experiment's frontier.json (beside its export.json), the
         data of the page's "beyond" section: {"has_data", "command", "frontier": the file
         or null}. A missing file is an answer, not an error: the section says how to run it."""
-        data = _read_json(self.root / FRONTIER / "frontier.json")
-        return {"has_data": data is not None, "frontier": data,
-                "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
+        path = self.root / FRONTIER / "frontier.json"
+        data = _read_json(path)
+        out = {"has_data": data is not None, "frontier": data,
+               "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
+        if data is None and path.exists():
+            out["error"] = f"{path} is not a readable JSON object; run the experiment again"
+        return out
 
     def summary(self) -> list[dict]:
         questions = known_experiments()

@@ -263,9 +263,10 @@
     depthPart(box, f);
   }
 
-  function notRun(box, source, command) {
-    box.append(h("h3", {}, DL.t("bx.exp.h")),
-               h("p", { id: "bx-notrun" }, DL.t(source.kind === "static" ? "bx.exp.static" : "bx.exp.none")),
+  function notRun(box, source, command, problem) {
+    box.append(h("h3", {}, DL.t("bx.exp.h")));
+    if (problem) box.append(h("p", { class: "chart-error", role: "alert", style: "display: block" }, problem));
+    box.append(h("p", { id: "bx-notrun" }, DL.t(source.kind === "static" ? "bx.exp.static" : "bx.exp.none")),
                h("pre", {}, command));
   }
 
@@ -275,6 +276,7 @@
     let composite = null;
     let frontier; // undefined: loading; null: not run
     let command = COMMAND; // the server's, with its runs folder
+    let problem = null; // a frontier.json that could not be read
     function render() {
       body.textContent = "";
       const sim = h("div", { class: "panel", id: "bx-sim" });
@@ -284,13 +286,17 @@
       tryLinks(sim, spec);
       if (composite) compositePart(gain, composite);
       if (frontier) frontierPart(exp, frontier);
-      else if (frontier === null) notRun(exp, source, command);
+      else if (frontier === null) notRun(exp, source, command, problem);
       body.dataset.ready = String(composite != null && frontier !== undefined);
     }
     Promise.all([
       source.meta().then((m) => { spec = m.simulator; }),
       source.composite({}).then((r) => { composite = r; }),
-      source.frontier().then((r) => { frontier = r.has_data ? r.frontier : null; command = r.command; }),
+      source.frontier().then((r) => {
+        frontier = r.has_data ? r.frontier : null;
+        command = r.command;
+        problem = r.error || null;
+      }),
     ]).then(render).catch((e) => { frontier = frontier === undefined ? null : frontier; render(); showError(e); });
     return { update() {}, relabel: render };
   };
