@@ -1,8 +1,7 @@
-"""Tensor names and files of Hugging Face checkpoints (single or sharded safetensors).
+"""Tensor files of Hugging Face checkpoints (single or sharded safetensors).
 
-Our names follow the lesson (`blocks.3.attn_norm_in`), Hugging Face's follow
-Llama (`model.layers.3.input_layernorm`); the mapping is a handful of prefixes,
-the same in both directions. Only `safetensors` is needed, not Transformers.
+The names inside them map to ours through `depthlab/hf/mapping.py`. Only
+`safetensors` is needed, not Transformers.
 """
 
 from __future__ import annotations
@@ -17,42 +16,8 @@ from depthlab.errors import UserError
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
-# Inside a block: our submodule prefix -> Hugging Face's.
-_BLOCK_PARTS = {
-    "attn_norm_in.": "input_layernorm.",
-    "mlp_norm_in.": "post_attention_layernorm.",
-    "attn.": "self_attn.",
-    "mlp.": "mlp.",
-}
-_TOP_LEVEL = {
-    "embed_tokens.": "model.embed_tokens.",
-    "final_norm.": "model.norm.",
-    "lm_head.": "lm_head.",
-}
 # Buffers some older checkpoints carry; recomputed from the config, never read.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-def _swap_prefix(name: str, table: dict[str, str]) -> str | None:
-    for ours, theirs in table.items():
-        if name.startswith(ours):
-            return theirs + name[len(ours):]
-    return None
-
-
-def hf_name(name: str) -> str:
-    """Our parameter name -> the Hugging Face tensor name (`blocks.0.attn.q_proj.weight`
-    -> `model.layers.0.self_attn.q_proj.weight`)."""
-    if name.startswith("blocks."):
-        _, index, rest = name.split(".", 2)
-        mapped = _swap_prefix(rest, _BLOCK_PARTS)
-        if mapped is not None:
-            return f"model.layers.{index}.{mapped}"
-    else:
-        mapped = _swap_prefix(name, _TOP_LEVEL)
-        if mapped is not None:
-            return mapped
-    raise UserError(f"parameter {name!r} has no Hugging Face name")
 
 
 def is_ignored(hf_tensor: str) -> bool:
