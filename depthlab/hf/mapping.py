@@ -19,6 +19,7 @@ Only `depthlab.config` and `depthlab.errors` are imported: this is the bottom of
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -210,8 +211,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         (*_LLAMA_SWITCHES, Switch("qk_norm", False, "Mistral has no QK-norm"),
          Switch("qkv_bias", False, "Mistral has no biases"),
          Switch("bias", False, "Mistral has no biases")),
-        (*_DENSE_REFUSALS, Refusal("sliding_window", lambda v: v is None, _WHOLE_CONTEXT)),
-        note="anatomy only"),
+        (*_DENSE_REFUSALS, Refusal("sliding_window", lambda v: v is None, _WHOLE_CONTEXT))),
     Family(
         "gpt2", ("gpt2",), None, (
             Field("vocab_size", "vocab_size", int),
@@ -235,8 +235,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
          Switch("scaled_init", True, "GPT-2 scales the output projections by 1/sqrt(2L)",
                 exported=False)),
         (Refusal("activation_function", lambda v: v in ("gelu_new", "gelu"),
-                 "depthlab's FFN uses GELU"),),
-        note="anatomy only"),
+                 "depthlab's FFN uses GELU"),)),
     Family(
         "qwen3_5", ("qwen3_5", "qwen3_5_text"), None, (
             *_llama_fields(4, 256, 32768),
@@ -246,8 +245,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
          Switch("norm", "rmsnorm_zero_centered", "Qwen3.5 scales by (1 + w)"),
          Switch("qk_norm", True, "Qwen3.5 has QK-norm")),
         nested="text_config",
-        note="anatomy only: the full-attention layers of the hybrid trunk; probes/hybrid.py "
-        "counts the linear-attention layers, the vision tower and the MTP layers"),
+        note="the full-attention layers of the hybrid trunk; probes/hybrid.py counts the "
+        "linear-attention layers, the vision tower and the MTP layers"),
 )}
 
 HYBRID = "qwen3_5"
@@ -390,6 +389,18 @@ def export_family(m: ModelConfig) -> Family:
     return fam
 
 
+def export_switches() -> list[str]:
+    """The switches every exported family fixes to the same value (for the help); the
+    others (qk_norm, qkv_bias, bias) choose among the families."""
+    values: dict[str, set] = {}
+    for name in EXPORT_ORDER:
+        for s in FAMILIES[name].switches:
+            if s.exported:
+                values.setdefault(s.ours, set()).add(_js(s.value))
+    return [k for k, v in values.items() if len(v) == 1 and all(
+        any(s.ours == k for s in FAMILIES[n].switches) for n in EXPORT_ORDER)]
+
+
 def hf_config_from_model(m: ModelConfig) -> dict[str, Any]:
     """config.json for a model: Llama, or Qwen2 with qkv_bias, or Qwen3 with qk_norm."""
     fam = export_family(m)
@@ -444,37 +455,38 @@ def gguf_to_hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
 
 # ---- the table in words -----------------------------------------------------------------
 
-def _cell(value: Any) -> str:
-    return "required" if value is None else _js(value)
+ROPE_SPELLINGS = "rope_parameters.rope_theta, or rope_theta at the top level"
 
 
-def field_rows() -> list[tuple[str, ...]]:
-    """(config.json field, model.<field>, default per family, null means) for the README and
-    the help: one row per field, the families that spell it alike merged."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for fam in FAMILIES.values():
+def _missing(f: Field) -> str:
+    if f.default is not None:
+        return _js(f.default)
+    return "as null" if f.null is not None else "required"
+
+
+def field_rows(fams: list[Family] | None = None) -> list[tuple[str, str, str, str, str]]:
+    """(config.json field, model.<field>, missing means, null means, families): one row per
+    field, the families that spell it alike merged, their defaults side by side."""
+    rows: dict[tuple[str, str], tuple[str, dict[str, list[str]]]] = {}
+    for fam in fams or list(FAMILIES.values()):
         for f in fam.fields:
-            row = rows.setdefault((f.hf, f.ours), {"defaults": {}, "null": f.null_means})
-            row["defaults"][fam.name] = f.default
+            null, by_default = rows.setdefault((f.hf, f.ours), (f.null_means, {}))
+            by_default.setdefault(_missing(f), []).append(fam.name)
     out = []
-    for (hf, ours), row in rows.items():
-        by_value: dict[str, list[str]] = {}
-        for name, default in row["defaults"].items():
-            by_value.setdefault(_cell(default), []).append(name)
-        defaults = "; ".join(f"{v} ({', '.join(names)})" if len(by_value) > 1 else v
-                             for v, names in by_value.items())
-        hf_cell = f"{hf} (or rope_parameters.rope_theta)" if hf == ROPE_FIELD else hf
-        out.append((hf_cell, f"model.{ours}", defaults, row["null"],
-                    ", ".join(row["defaults"])))
+    for (hf, ours), (null, by_default) in rows.items():
+        names = [n for group in by_default.values() for n in group]
+        missing = "; ".join(f"{v} ({', '.join(group)})" if len(by_default) > 1 else v
+                            for v, group in by_default.items())
+        out.append((hf, f"model.{ours}", missing, null, ", ".join(names)))
     return out
 
 
 def markdown_table() -> str:
-    """The README's table, generated (tests/test_hf_mapping.py checks the README holds it)."""
-    head = ("config.json", "depthlab", "missing means", "null means", "families")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(f"`{c}`" if i < 2 else c for i, c in enumerate(r)) + " |"
-              for r in field_rows()]
+    """The README's table (tests/test_hf_mapping.py checks the README holds exactly this)."""
+    lines = ["| config.json | depthlab | missing | null | families |", "|---|---|---|---|---|"]
+    for hf, ours, missing, null, names in field_rows():
+        hf_cell = f"`{hf}`" + (f" (or `{ROPE_SPELLINGS.split(',')[0]}`)" if hf == ROPE_FIELD else "")
+        lines.append(f"| {hf_cell} | `{ours}` | {missing} | {null} | {names} |")
     lines.append("")
     for fam in FAMILIES.values():
         fixed = ", ".join(f"{s.ours}={_js(s.value)}" for s in fam.switches)
@@ -484,14 +496,19 @@ def markdown_table() -> str:
 
 
 def help_text(purpose: str) -> str:
-    """One line per family and field, for `depthlab hf --help` and `depthlab anatomy --help`."""
+    """The families and fields one purpose reads, for `depthlab hf import --help` and
+    `depthlab anatomy --help`."""
     fams = families_for(purpose)
-    lines = ["families: " + ", ".join(
-        f"{f.name} ({f.architecture or 'anatomy only'}{', its text_config' if f.nested else ''})"
-        for f in fams)]
-    names = {f.name for f in fams}
-    for hf, ours, default, null, where in field_rows():
-        if names & set(where.split(", ")):
-            extra = f"; null: {null}" if null else ""
-            lines.append(f"  {hf} -> {ours} (missing: {default}{extra})")
+    lines = ["config.json fields (missing: Transformers' class default):"]
+    for hf, ours, missing, null, _names in field_rows(fams):
+        spelled = ROPE_SPELLINGS if hf == ROPE_FIELD else hf
+        lines.append(f"  {spelled} -> {ours} (missing: {missing}"
+                     + (f"; null: {null})" if null else ")"))
+    lines.append("families:")
+    for fam in fams:
+        fixed = ", ".join(f"{s.ours}={_js(s.value)}" for s in fam.switches)
+        where = f"{fam.architecture}" if fam.architecture else f"model_type {fam.name}"
+        lines.append(textwrap.fill(
+            f"{fam.name} ({where}{', its ' + fam.nested if fam.nested else ''}): {fixed}",
+            width=92, initial_indent="  ", subsequent_indent="    "))
     return "\n".join(lines)
