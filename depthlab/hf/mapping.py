@@ -245,7 +245,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
          Switch("norm", "rmsnorm_zero_centered", "Qwen3.5 scales by (1 + w)"),
          Switch("qk_norm", True, "Qwen3.5 has QK-norm")),
         nested="text_config",
-        note="the full-attention layers of the hybrid trunk; probes/hybrid.py counts the "
+        note="The full-attention layers of the hybrid trunk; probes/hybrid.py counts the "
         "linear-attention layers, the vision tower and the MTP layers"),
 )}
 
@@ -455,7 +455,7 @@ def gguf_to_hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
 
 # ---- the table in words -----------------------------------------------------------------
 
-ROPE_SPELLINGS = "rope_parameters.rope_theta, or rope_theta at the top level"
+ROPE_NEWER = "rope_parameters.rope_theta"  # Transformers >= 5; rope_theta at the top before
 
 
 def _missing(f: Field) -> str:
@@ -474,7 +474,7 @@ def field_rows(fams: list[Family] | None = None) -> list[tuple[str, str, str, st
             by_default.setdefault(_missing(f), []).append(fam.name)
     out = []
     for (hf, ours), (null, by_default) in rows.items():
-        names = [n for group in by_default.values() for n in group]
+        names = [n for n in FAMILIES if any(n in group for group in by_default.values())]
         missing = "; ".join(f"{v} ({', '.join(group)})" if len(by_default) > 1 else v
                             for v, group in by_default.items())
         out.append((hf, f"model.{ours}", missing, null, ", ".join(names)))
@@ -485,7 +485,7 @@ def markdown_table() -> str:
     """The README's table (tests/test_hf_mapping.py checks the README holds exactly this)."""
     lines = ["| config.json | depthlab | missing | null | families |", "|---|---|---|---|---|"]
     for hf, ours, missing, null, names in field_rows():
-        hf_cell = f"`{hf}`" + (f" (or `{ROPE_SPELLINGS.split(',')[0]}`)" if hf == ROPE_FIELD else "")
+        hf_cell = f"`{hf}`" + (f" (or `{ROPE_NEWER}`)" if hf == ROPE_FIELD else "")
         lines.append(f"| {hf_cell} | `{ours}` | {missing} | {null} | {names} |")
     lines.append("")
     for fam in FAMILIES.values():
@@ -501,7 +501,7 @@ def help_text(purpose: str) -> str:
     fams = families_for(purpose)
     lines = ["config.json fields (missing: Transformers' class default):"]
     for hf, ours, missing, null, _names in field_rows(fams):
-        spelled = ROPE_SPELLINGS if hf == ROPE_FIELD else hf
+        spelled = f"{ROPE_NEWER} or {hf}" if hf == ROPE_FIELD else hf
         lines.append(f"  {spelled} -> {ours} (missing: {missing}"
                      + (f"; null: {null})" if null else ")"))
     lines.append("families:")
