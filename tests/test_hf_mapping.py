@@ -107,6 +107,10 @@ def test_anatomy_only_families_and_one_reading_of_defaults():
     bare = {k: v for k, v in LLAMA.items() if k != "max_position_embeddings"}
     assert model_config_from_hf(bare, ANATOMY)[0].context_len == 2048
     assert model_config_from_hf(bare, IMPORT)[0].context_len == 2048
+    no_type = {k: v for k, v in LLAMA.items() if k != "model_type"}
+    assert model_config_from_hf(no_type, ANATOMY)[1] == "llama"  # from architectures
+    with pytest.raises(UserError, match="field architectures=.*LlamaForCausalLM"):
+        model_config_from_hf({**no_type, "architectures": ["GPT2LMHeadModel"]}, ANATOMY)
     with pytest.raises(UserError, match="field hidden_size is missing"):
         model_config_from_hf({k: v for k, v in LLAMA.items() if k != "hidden_size"}, ANATOMY)
 

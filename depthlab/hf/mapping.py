@@ -276,8 +276,8 @@ def family_of(raw: dict[str, Any], purpose: str = IMPORT) -> Family:
     missing), refused when depthlab does not read it for this purpose."""
     allowed = families_for(purpose)
     archs = raw.get("architectures")
-    if purpose == IMPORT and archs:
-        supported = ", ".join(f.architecture for f in allowed)
+    if archs and (purpose == IMPORT or "model_type" not in raw):
+        supported = ", ".join(f.architecture for f in allowed if f.architecture)
         if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in _BY_ARCHITECTURE:
             raise refuse("architectures", archs, f"depthlab reads {supported}")
         fam = _BY_ARCHITECTURE[archs[0]]

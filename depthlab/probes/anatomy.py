@@ -100,7 +100,9 @@ class Anatomy:
     (linear_attention beside it in a hybrid), attn_residual, ffn_norm, ffn,
     ffn_residual (a norm sits after its sublayer for placement post/output; a residual
     stage is absent with residual none, a norm stage with norm none), then final_norm,
-    lm_head, and a hybrid checkpoint's vision and mtp. `positions` holds the learned
+    lm_head, and a hybrid checkpoint's vision and mtp (shape [], off the text path:
+    the vision tower feeds image tokens in, the MTP layers predict a token further on).
+    `positions` holds the learned
     table ([T, d]) or, for RoPE, no parameters and the angle table of a head
     ([T, rotated head dims / 2]). QK-norm scales count in attention, a residual
     variant's learned scalars (rezero) in *_residual. The `params` of all stages add up
