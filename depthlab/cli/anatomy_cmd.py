@@ -65,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
           "-" if st.layers is None else f"{st.params_per_layer:,}",
           "-" if st.layers is None else st.layers,
           "tied to the embedding" if st.tied else f"{st.params:,}") for st in a.stages],
-        left={0, 1}), *legend(("stage", "in forward order; block stages repeat in every layer"),
+        left={0, 1}), *legend(("stage", "in forward order"),
                               ("output", "the stage's output for T tokens"),
+                              ("per layer", "one block's parameters in it"),
+                              ("layers", "blocks that hold it"),
                               ("parameters", "all layers together"))])
     print("\nParameters:")
     rows = [(comp, f"{n:,}", f"{100 * n / a.total_params:.1f}%")
