@@ -152,13 +152,12 @@ _DENSE_REFUSALS = (
                    "embedding_multiplier", "residual_multiplier", "attention_multiplier")),
     Refusal("hidden_act", lambda v: v == "silu", "depthlab's SwiGLU uses silu"),
     Refusal("partial_rotary_factor", lambda v: v == 1.0, "depthlab rotates the whole head"),
-)
-_WHOLE_CONTEXT = "depthlab attends to the whole context"
-_QWEN_WINDOWS = (
-    Refusal("use_sliding_window", lambda v: not v, _WHOLE_CONTEXT),
+    Refusal("use_sliding_window", lambda v: not v, "depthlab attends to the whole context"),
     Refusal("layer_types", lambda v: all(t == "full_attention" for t in v or []),
-            _WHOLE_CONTEXT + " in every layer"),
+            "depthlab attends to the whole context in every layer"),
 )
+# Llama and Mistral window whenever sliding_window is set; Qwen only with use_sliding_window.
+_NO_WINDOW = Refusal("sliding_window", lambda v: v is None, "depthlab attends to the whole context")
 _QWEN_WRITTEN = {"use_sliding_window": False, "sliding_window": None,
                  "max_window_layers": lambda m: m.n_layers}
 
@@ -185,7 +184,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
             Field("mlp_bias", "bias", bool, False),
         ),
         (*_LLAMA_SWITCHES, Switch("qk_norm", False, "Llama has no QK-norm")),
-        (*_DENSE_REFUSALS, Refusal("sliding_window", lambda v: v is None, _WHOLE_CONTEXT)),
+        (*_DENSE_REFUSALS, _NO_WINDOW),
         written={"pretraining_tp": 1}, weights=LLAMA_NAMES,
         note="SmolLM2, TinyLlama, DeepSeek-LLM; model.bias needs attention_bias and mlp_bias "
         "both true or both false"),
@@ -194,13 +193,13 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         (*_LLAMA_SWITCHES, Switch("qk_norm", False, "Qwen2 has no QK-norm"),
          Switch("qkv_bias", True, "Qwen2 has biases on q/k/v"),
          Switch("bias", False, "Qwen2 has biases on q/k/v only")),
-        (*_DENSE_REFUSALS, *_QWEN_WINDOWS), selects={"qkv_bias": True, "bias": False},
+        _DENSE_REFUSALS, selects={"qkv_bias": True, "bias": False},
         written=_QWEN_WRITTEN, weights=LLAMA_NAMES, note="Qwen2 and Qwen2.5"),
     Family(
         "qwen3", ("qwen3",), "Qwen3ForCausalLM", _llama_fields(32, 128, 32768),
         (*_LLAMA_SWITCHES, Switch("qk_norm", True, "Qwen3 has QK-norm"),
          Switch("qkv_bias", False, _QWEN3_BIASES), Switch("bias", False, _QWEN3_BIASES)),
-        (*_DENSE_REFUSALS, *_QWEN_WINDOWS,
+        (*_DENSE_REFUSALS,
          Refusal("attention_bias", lambda v: not v,
                  "Qwen3's o_proj bias has no depthlab equivalent without MLP biases",
                  parameters=True)),
@@ -211,7 +210,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
         (*_LLAMA_SWITCHES, Switch("qk_norm", False, "Mistral has no QK-norm"),
          Switch("qkv_bias", False, "Mistral has no biases"),
          Switch("bias", False, "Mistral has no biases")),
-        (*_DENSE_REFUSALS, Refusal("sliding_window", lambda v: v is None, _WHOLE_CONTEXT))),
+        (*_DENSE_REFUSALS, _NO_WINDOW)),
     Family(
         "gpt2", ("gpt2",), None, (
             Field("vocab_size", "vocab_size", int),
@@ -233,9 +232,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
          Switch("bias", True, "GPT-2 has a bias on every linear but the head"),
          Switch("final_norm", True, "GPT-2 normalises before the LM head (ln_f)"),
          Switch("scaled_init", True, "GPT-2 scales the output projections by 1/sqrt(2L)",
-                exported=False)),
-        (Refusal("activation_function", lambda v: v in ("gelu_new", "gelu"),
-                 "depthlab's FFN uses GELU"),)),
+                exported=False))),
     Family(
         "qwen3_5", ("qwen3_5", "qwen3_5_text"), None, (
             *_llama_fields(4, 256, 32768),
