@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from depthlab.hf.mapping import markdown_table
+from depthlab.hf.mapping_doc import markdown_table
 
 START, END = "<!-- hf-mapping:start -->", "<!-- hf-mapping:end -->"
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from depthlab.cli import main
 from depthlab.hf import model_config_from_hf
-from depthlab.hf.mapping import hf_name
+from depthlab.hf.weights import hf_name
 from depthlab.model import Transformer
 from depthlab.presets import tiny
 from depthlab.train import train

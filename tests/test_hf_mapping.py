@@ -10,14 +10,8 @@ import pytest
 
 from depthlab.config import ModelConfig
 from depthlab.errors import UserError
-from depthlab.hf.mapping import (
-    ANATOMY,
-    FAMILIES,
-    IMPORT,
-    ROPE_FIELD,
-    hf_config_from_model,
-    model_config_from_hf,
-)
+from depthlab.hf.config_map import hf_config_from_model, model_config_from_hf
+from depthlab.hf.mapping import ANATOMY, FAMILIES, IMPORT, ROPE_FIELD
 from depthlab.probes import anatomy, anatomy_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from depthlab import rundir
 from depthlab.cli import main
 from depthlab.config import Config, ModelConfig
 from depthlab.hf import hf_config_from_model, model_config_from_hf
-from depthlab.hf.mapping import hf_name
+from depthlab.hf.weights import hf_name
 from depthlab.model import Transformer
 
 BASE = {

@@ -7,7 +7,8 @@ import textwrap
 
 from depthlab.cli.common import print_json
 from depthlab.cli.table import legend, print_lines, table
-from depthlab.hf.mapping import ANATOMY, help_text
+from depthlab.hf.mapping import ANATOMY
+from depthlab.hf.mapping_doc import help_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:

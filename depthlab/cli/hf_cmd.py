@@ -7,7 +7,9 @@ import argparse
 import textwrap
 
 from depthlab.cli.common import print_json
-from depthlab.hf.mapping import FAMILIES, IMPORT, export_switches, families_for, help_text
+from depthlab.hf.config_map import export_switches
+from depthlab.hf.mapping import FAMILIES, IMPORT, families_for
+from depthlab.hf.mapping_doc import help_text
 
 
 def _described(text: str) -> dict:

@@ -1,14 +1,174 @@
-"""A whole run Config from a Hugging Face config.json: the model from the one mapping
-(`depthlab/hf/mapping.py`), data and training defaults that validate around it."""
+"""Hugging Face `config.json` <-> ModelConfig, both directions, by the one mapping
+(`depthlab/hf/mapping.py`); and a whole run Config around an imported model."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from depthlab.config import Config, TrainConfig, validate
+from depthlab.config import Config, ModelConfig, TrainConfig, validate
 from depthlab.errors import UserError
-from depthlab.hf.mapping import IMPORT, model_config_from_hf
+from depthlab.hf.mapping import (
+    BY_ARCHITECTURE,
+    BY_MODEL_TYPE,
+    DEFAULT_ROPE_THETA,
+    EXPORT_ORDER,
+    FAMILIES,
+    IMPORT,
+    ROPE_FIELD,
+    Family,
+    Field,
+    Switch,
+    as_json,
+    families_for,
+    refuse,
+)
+
+
+def family_of(raw: dict[str, Any], purpose: str = IMPORT) -> Family:
+    """The family from `architectures` (import) or `model_type` (either, when the other is
+    missing), refused when depthlab does not read it for this purpose."""
+    allowed = families_for(purpose)
+    archs = raw.get("architectures")
+    if archs and (purpose == IMPORT or "model_type" not in raw):
+        supported = ", ".join(f.architecture for f in allowed if f.architecture)
+        if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in BY_ARCHITECTURE:
+            raise refuse("architectures", archs, f"depthlab reads {supported}")
+        fam = BY_ARCHITECTURE[archs[0]]
+        if raw.get("model_type", fam.name) not in fam.model_types:
+            raise refuse("model_type", raw["model_type"], f"architectures says {fam.name}")
+        return fam
+    kind = raw.get("model_type")
+    fam = BY_MODEL_TYPE.get(kind) if isinstance(kind, str) else None
+    if fam is None or fam not in allowed:
+        names = ", ".join(t for f in allowed for t in f.model_types)
+        raise refuse("model_type", kind, f"depthlab reads {names}")
+    return fam
+
+
+def text_config(raw: dict[str, Any], fam: Family | None = None) -> dict[str, Any]:
+    """The language model's fields: `text_config` of a multimodal config, else the config;
+    the top-level tie_word_embeddings wins (Transformers ties at the top)."""
+    nested = fam.nested if fam else "text_config"
+    tc = raw.get(nested, raw) if nested else raw
+    if not isinstance(tc, dict):
+        raise UserError(f"config.json: {nested} must be an object")
+    if tc is not raw and "tie_word_embeddings" in raw:
+        tc = tc | {"tie_word_embeddings": raw["tie_word_embeddings"]}
+    return tc
+
+
+def rope_theta(raw: dict[str, Any], purpose: str = IMPORT) -> float:
+    """rope_theta from the newer `rope_parameters` dict or the older `rope_theta`/`rope_scaling`.
+    Both dicts are checked even when the first gives the theta: a config may carry both,
+    and a llama3 `rope_scaling` beside a plain `rope_parameters` must not be dropped.
+    Anatomy reads the theta and skips the checks (RoPE has no parameters)."""
+    theta = None
+    for key in ("rope_parameters", "rope_scaling"):
+        params = raw.get(key)
+        if params is None:
+            continue
+        if not isinstance(params, dict):
+            raise refuse(key, params, "expected an object")
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if purpose == IMPORT and rope_type != "default":
+            raise refuse(f"{key}.rope_type", rope_type,
+                         "depthlab implements plain RoPE (rope_type 'default') only")
+        if purpose == IMPORT and params.get("partial_rotary_factor", 1.0) != 1.0:
+            raise refuse(f"{key}.partial_rotary_factor", params["partial_rotary_factor"],
+                         "depthlab rotates the whole head")
+        if "rope_theta" in params and theta is None:
+            theta = params["rope_theta"]
+    return raw.get("rope_theta", DEFAULT_ROPE_THETA) if theta is None else theta
+
+
+def _value(f: Field, value: Any) -> Any:
+    if f.kind is bool:
+        return bool(value)
+    if f.kind is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise refuse(f.hf, value, "expected a positive integer")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise refuse(f.hf, value, "expected a number")
+    return float(value)
+
+
+def model_config_from_hf(raw: dict[str, Any], purpose: str = IMPORT) -> tuple[ModelConfig, str]:
+    """Our ModelConfig for a Hugging Face config.json, and the family it came from.
+
+    IMPORT: the families with tensor names, every refusal. ANATOMY: every family, only
+    the refusals that change the parameters; for a hybrid, the model its full-attention
+    layers would make if every layer were one (`probes/hybrid.py` counts the real mix)."""
+    fam = family_of(raw, purpose)
+    tc = text_config(raw, fam)
+    for r in fam.refusals:
+        if r.hf in tc and (purpose == IMPORT or r.parameters) and not r.ok(tc[r.hf]):
+            raise refuse(r.hf, tc[r.hf], r.why)
+    values: dict[str, Any] = {s.ours: s.value for s in fam.switches}
+    read_from: dict[str, tuple[str, Any]] = {}
+    for f in fam.fields:
+        value = rope_theta(tc, purpose) if f.hf == ROPE_FIELD else tc.get(f.hf, f.default)
+        if value is None and f.null is not None:
+            value = f.null(values)
+        elif value is None:
+            raise UserError(f"config.json field {f.hf} is missing (a {fam.name} config needs it)")
+        value = _value(f, value)
+        if f.ours in read_from and read_from[f.ours][1] != value:  # two fields, one switch
+            first = read_from[f.ours][0]
+            on = first if read_from[f.ours][1] else f.hf
+            raise refuse(on, True, f"depthlab's model.{f.ours} needs {first} and {f.hf} "
+                         "both true or both false")
+        read_from[f.ours] = (f.hf, value)
+        values[f.ours] = value
+    return ModelConfig(**values), fam.name  # validated by its user: a run, or the anatomy
+
+
+# ---- writing ----------------------------------------------------------------------------
+
+def _export_refusal(m: ModelConfig, s: Switch) -> UserError:
+    value = getattr(m, s.ours)
+    return UserError(f"model.{s.ours}={as_json(value)} has no Hugging Face equivalent ({s.why}); "
+                     f"only runs with model.{s.ours}={as_json(s.value)} export")
+
+
+def export_family(m: ModelConfig) -> Family:
+    """The family a model exports as: the first in EXPORT_ORDER whose `selects` it has;
+    every switch that family fixes must then hold, or the first that does not is named."""
+    fam = next(FAMILIES[n] for n in EXPORT_ORDER
+               if all(getattr(m, k) == v for k, v in FAMILIES[n].selects.items()))
+    for s in fam.switches:
+        if s.exported and getattr(m, s.ours) != s.value:
+            raise _export_refusal(m, s)
+    return fam
+
+
+def export_switches() -> list[str]:
+    """The switches every exported family fixes to the same value (for the help); the
+    others (qk_norm, qkv_bias, bias) choose among the families."""
+    values: dict[str, set] = {}
+    for name in EXPORT_ORDER:
+        for s in FAMILIES[name].switches:
+            if s.exported:
+                values.setdefault(s.ours, set()).add(as_json(s.value))
+    return [k for k, v in values.items() if len(v) == 1 and all(
+        any(s.ours == k for s in FAMILIES[n].switches) for n in EXPORT_ORDER)]
+
+
+def hf_config_from_model(m: ModelConfig) -> dict[str, Any]:
+    """config.json for a model: Llama, or Qwen2 with qkv_bias, or Qwen3 with qk_norm."""
+    fam = export_family(m)
+    out: dict[str, Any] = {"architectures": [fam.architecture], "model_type": fam.name,
+                           "hidden_act": "silu"}
+    for f in fam.fields:
+        out[f.hf] = getattr(m, f.export or f.ours)
+    # Both spellings: Transformers >= 5 reads rope_parameters, older versions rope_theta.
+    out["rope_parameters"] = {"rope_type": "default", "rope_theta": m.rope_theta}
+    out.update(attention_dropout=0.0, use_cache=True, torch_dtype="float32",
+               bos_token_id=None, eos_token_id=None)
+    out.update({k: v(m) if callable(v) else v for k, v in fam.written.items()})
+    return out
+
 
 
 def run_config_from_hf(raw: dict[str, Any], has_tokenizer: bool) -> tuple[Config, str]:

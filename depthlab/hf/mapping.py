@@ -5,7 +5,9 @@ config.json field with the ModelConfig field it becomes, the value Transformers'
 config class assumes when the field is missing, and what null means; the switches
 the family fixes; the fields whose values the model does not implement; the tensor
 names. Import (`hf import`, `hf import-gguf`), export, anatomy, the CLI help and the
-README's table are all read from here, so they cannot disagree.
+README's table are all read from here, so they cannot disagree: `config_map.py` reads
+and writes config.json by it, `weights.py` renames tensors by it, `mapping_doc.py`
+writes it out for the help and the README.
 
 Two purposes read a config.json: IMPORT builds a model that must compute what the
 checkpoint computes, so every refusal applies; ANATOMY only counts parameters and
@@ -13,18 +15,16 @@ shapes, so it also reads families depthlab cannot run (GPT-2, Mistral, the text 
 of a hybrid) and skips the refusals that change the computation but no parameter
 (RoPE scaling, sliding windows, the activation).
 
-Only `depthlab.config` and `depthlab.errors` are imported: this is the bottom of `hf/`.
+Only `depthlab.errors` is imported: this is the bottom of `hf/`.
 """
 
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from depthlab.config import ModelConfig
 from depthlab.errors import UserError
 
 IMPORT, ANATOMY = "import", "anatomy"
@@ -249,263 +249,20 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 HYBRID = "qwen3_5"
 HYBRID_TYPES = FAMILIES[HYBRID].model_types
 EXPORT_ORDER = ("qwen3", "qwen2", "llama")  # the first whose `selects` the model has
-_BY_ARCHITECTURE = {f.architecture: f for f in FAMILIES.values() if f.architecture}
-_BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
+BY_ARCHITECTURE = {f.architecture: f for f in FAMILIES.values() if f.architecture}
+BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
 
 
-# ---- reading ----------------------------------------------------------------------------
+# ---- shared by the readers and writers -----------------------------------------------
 
-def _js(value: Any) -> str:
+def as_json(value: Any) -> str:
     """A value as config.json and `--set` spell it (true, null, "llama3")."""
     return json.dumps(value)
 
 
 def refuse(field_name: str, value: Any, why: str) -> UserError:
-    return UserError(f"config.json field {field_name}={_js(value)} is not supported: {why}")
+    return UserError(f"config.json field {field_name}={as_json(value)} is not supported: {why}")
 
 
 def families_for(purpose: str) -> list[Family]:
     return [f for f in FAMILIES.values() if purpose == ANATOMY or f.weights]
-
-
-def family_of(raw: dict[str, Any], purpose: str = IMPORT) -> Family:
-    """The family from `architectures` (import) or `model_type` (either, when the other is
-    missing), refused when depthlab does not read it for this purpose."""
-    allowed = families_for(purpose)
-    archs = raw.get("architectures")
-    if archs and (purpose == IMPORT or "model_type" not in raw):
-        supported = ", ".join(f.architecture for f in allowed if f.architecture)
-        if not isinstance(archs, list) or len(archs) != 1 or archs[0] not in _BY_ARCHITECTURE:
-            raise refuse("architectures", archs, f"depthlab reads {supported}")
-        fam = _BY_ARCHITECTURE[archs[0]]
-        if raw.get("model_type", fam.name) not in fam.model_types:
-            raise refuse("model_type", raw["model_type"], f"architectures says {fam.name}")
-        return fam
-    kind = raw.get("model_type")
-    fam = _BY_MODEL_TYPE.get(kind) if isinstance(kind, str) else None
-    if fam is None or fam not in allowed:
-        names = ", ".join(t for f in allowed for t in f.model_types)
-        raise refuse("model_type", kind, f"depthlab reads {names}")
-    return fam
-
-
-def text_config(raw: dict[str, Any], fam: Family | None = None) -> dict[str, Any]:
-    """The language model's fields: `text_config` of a multimodal config, else the config;
-    the top-level tie_word_embeddings wins (Transformers ties at the top)."""
-    nested = fam.nested if fam else "text_config"
-    tc = raw.get(nested, raw) if nested else raw
-    if not isinstance(tc, dict):
-        raise UserError(f"config.json: {nested} must be an object")
-    if tc is not raw and "tie_word_embeddings" in raw:
-        tc = tc | {"tie_word_embeddings": raw["tie_word_embeddings"]}
-    return tc
-
-
-def rope_theta(raw: dict[str, Any], purpose: str = IMPORT) -> float:
-    """rope_theta from the newer `rope_parameters` dict or the older `rope_theta`/`rope_scaling`.
-    Both dicts are checked even when the first gives the theta: a config may carry both,
-    and a llama3 `rope_scaling` beside a plain `rope_parameters` must not be dropped.
-    Anatomy reads the theta and skips the checks (RoPE has no parameters)."""
-    theta = None
-    for key in ("rope_parameters", "rope_scaling"):
-        params = raw.get(key)
-        if params is None:
-            continue
-        if not isinstance(params, dict):
-            raise refuse(key, params, "expected an object")
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        if purpose == IMPORT and rope_type != "default":
-            raise refuse(f"{key}.rope_type", rope_type,
-                         "depthlab implements plain RoPE (rope_type 'default') only")
-        if purpose == IMPORT and params.get("partial_rotary_factor", 1.0) != 1.0:
-            raise refuse(f"{key}.partial_rotary_factor", params["partial_rotary_factor"],
-                         "depthlab rotates the whole head")
-        if "rope_theta" in params and theta is None:
-            theta = params["rope_theta"]
-    return raw.get("rope_theta", DEFAULT_ROPE_THETA) if theta is None else theta
-
-
-def _value(f: Field, value: Any) -> Any:
-    if f.kind is bool:
-        return bool(value)
-    if f.kind is int:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise refuse(f.hf, value, "expected a positive integer")
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise refuse(f.hf, value, "expected a number")
-    return float(value)
-
-
-def model_config_from_hf(raw: dict[str, Any], purpose: str = IMPORT) -> tuple[ModelConfig, str]:
-    """Our ModelConfig for a Hugging Face config.json, and the family it came from.
-
-    IMPORT: the families with tensor names, every refusal. ANATOMY: every family, only
-    the refusals that change the parameters; for a hybrid, the model its full-attention
-    layers would make if every layer were one (`probes/hybrid.py` counts the real mix)."""
-    fam = family_of(raw, purpose)
-    tc = text_config(raw, fam)
-    for r in fam.refusals:
-        if r.hf in tc and (purpose == IMPORT or r.parameters) and not r.ok(tc[r.hf]):
-            raise refuse(r.hf, tc[r.hf], r.why)
-    values: dict[str, Any] = {s.ours: s.value for s in fam.switches}
-    read_from: dict[str, tuple[str, Any]] = {}
-    for f in fam.fields:
-        value = rope_theta(tc, purpose) if f.hf == ROPE_FIELD else tc.get(f.hf, f.default)
-        if value is None and f.null is not None:
-            value = f.null(values)
-        elif value is None:
-            raise UserError(f"config.json field {f.hf} is missing (a {fam.name} config needs it)")
-        value = _value(f, value)
-        if f.ours in read_from and read_from[f.ours][1] != value:  # two fields, one switch
-            first = read_from[f.ours][0]
-            on = first if read_from[f.ours][1] else f.hf
-            raise refuse(on, True, f"depthlab's model.{f.ours} needs {first} and {f.hf} "
-                         "both true or both false")
-        read_from[f.ours] = (f.hf, value)
-        values[f.ours] = value
-    return ModelConfig(**values), fam.name  # validated by its user: a run, or the anatomy
-
-
-# ---- writing ----------------------------------------------------------------------------
-
-def _export_refusal(m: ModelConfig, s: Switch) -> UserError:
-    value = getattr(m, s.ours)
-    return UserError(f"model.{s.ours}={_js(value)} has no Hugging Face equivalent ({s.why}); "
-                     f"only runs with model.{s.ours}={_js(s.value)} export")
-
-
-def export_family(m: ModelConfig) -> Family:
-    """The family a model exports as: the first in EXPORT_ORDER whose `selects` it has;
-    every switch that family fixes must then hold, or the first that does not is named."""
-    fam = next(FAMILIES[n] for n in EXPORT_ORDER
-               if all(getattr(m, k) == v for k, v in FAMILIES[n].selects.items()))
-    for s in fam.switches:
-        if s.exported and getattr(m, s.ours) != s.value:
-            raise _export_refusal(m, s)
-    return fam
-
-
-def export_switches() -> list[str]:
-    """The switches every exported family fixes to the same value (for the help); the
-    others (qk_norm, qkv_bias, bias) choose among the families."""
-    values: dict[str, set] = {}
-    for name in EXPORT_ORDER:
-        for s in FAMILIES[name].switches:
-            if s.exported:
-                values.setdefault(s.ours, set()).add(_js(s.value))
-    return [k for k, v in values.items() if len(v) == 1 and all(
-        any(s.ours == k for s in FAMILIES[n].switches) for n in EXPORT_ORDER)]
-
-
-def hf_config_from_model(m: ModelConfig) -> dict[str, Any]:
-    """config.json for a model: Llama, or Qwen2 with qkv_bias, or Qwen3 with qk_norm."""
-    fam = export_family(m)
-    out: dict[str, Any] = {"architectures": [fam.architecture], "model_type": fam.name,
-                           "hidden_act": "silu"}
-    for f in fam.fields:
-        out[f.hf] = getattr(m, f.export or f.ours)
-    # Both spellings: Transformers >= 5 reads rope_parameters, older versions rope_theta.
-    out["rope_parameters"] = {"rope_type": "default", "rope_theta": m.rope_theta}
-    out.update(attention_dropout=0.0, use_cache=True, torch_dtype="float32",
-               bos_token_id=None, eos_token_id=None)
-    out.update({k: v(m) if callable(v) else v for k, v in fam.written.items()})
-    return out
-
-
-# ---- tensor names -----------------------------------------------------------------------
-
-def _swap_prefix(name: str, table: tuple[tuple[str, str], ...]) -> str | None:
-    for ours, theirs in table:
-        if name.startswith(ours):
-            return theirs + name[len(ours):]
-    return None
-
-
-def hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
-    """Our parameter name -> the Hugging Face tensor name (`blocks.0.attn.q_proj.weight`
-    -> `model.layers.0.self_attn.q_proj.weight`). Every importable family uses Llama's."""
-    if name.startswith("blocks."):
-        _, index, rest = name.split(".", 2)
-        mapped = _swap_prefix(rest, names.block)
-        if mapped is not None:
-            return f"{names.layer_prefix}{index}.{mapped}"
-    else:
-        mapped = _swap_prefix(name, names.top)
-        if mapped is not None:
-            return mapped
-    raise UserError(f"parameter {name!r} has no Hugging Face name")
-
-
-def gguf_to_hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
-    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`; a name without a
-    Llama equivalent comes back unchanged (the import then refuses it as having no place)."""
-    stem, _, suffix = name.rpartition(".")
-    top, block = dict(names.gguf_top), dict(names.gguf_block)
-    if stem in top:
-        return f"{top[stem]}.{suffix}"
-    parts = stem.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in block:
-        return f"{names.layer_prefix}{parts[1]}.{block[parts[2]]}.{suffix}"
-    return name
-
-
-# ---- the table in words -----------------------------------------------------------------
-
-ROPE_NEWER = "rope_parameters.rope_theta"  # Transformers >= 5; rope_theta at the top before
-
-
-def _missing(f: Field) -> str:
-    if f.default is not None:
-        return _js(f.default)
-    return "as null" if f.null is not None else "required"
-
-
-def field_rows(fams: list[Family] | None = None) -> list[tuple[str, str, str, str, str]]:
-    """(config.json field, model.<field>, missing means, null means, families): one row per
-    field, the families that spell it alike merged, their defaults side by side."""
-    rows: dict[tuple[str, str], tuple[str, dict[str, list[str]]]] = {}
-    for fam in fams or list(FAMILIES.values()):
-        for f in fam.fields:
-            null, by_default = rows.setdefault((f.hf, f.ours), (f.null_means, {}))
-            by_default.setdefault(_missing(f), []).append(fam.name)
-    out = []
-    for (hf, ours), (null, by_default) in rows.items():
-        names = [n for n in FAMILIES if any(n in group for group in by_default.values())]
-        missing = "; ".join(f"{v} ({', '.join(group)})" if len(by_default) > 1 else v
-                            for v, group in by_default.items())
-        out.append((hf, f"model.{ours}", missing, null, ", ".join(names)))
-    return out
-
-
-def markdown_table() -> str:
-    """The README's table (tests/test_hf_mapping.py checks the README holds exactly this)."""
-    lines = ["| config.json | depthlab | missing | null | families |", "|---|---|---|---|---|"]
-    for hf, ours, missing, null, names in field_rows():
-        hf_cell = f"`{hf}`" + (f" (or `{ROPE_NEWER}`)" if hf == ROPE_FIELD else "")
-        lines.append(f"| {hf_cell} | `{ours}` | {missing} | {null} | {names} |")
-    lines.append("")
-    for fam in FAMILIES.values():
-        fixed = ", ".join(f"{s.ours}={_js(s.value)}" for s in fam.switches)
-        what = fam.architecture or "anatomy only"
-        lines.append(f"- `{fam.name}` ({what}): {fixed}" + (f". {fam.note}" if fam.note else ""))
-    return "\n".join(lines)
-
-
-def help_text(purpose: str) -> str:
-    """The families and fields one purpose reads, for `depthlab hf import --help` and
-    `depthlab anatomy --help`."""
-    fams = families_for(purpose)
-    lines = ["config.json fields (missing: Transformers' class default):"]
-    for hf, ours, missing, null, _names in field_rows(fams):
-        spelled = f"{ROPE_NEWER} or {hf}" if hf == ROPE_FIELD else hf
-        lines.append(f"  {spelled} -> {ours} (missing: {missing}"
-                     + (f"; null: {null})" if null else ")"))
-    lines.append("families:")
-    for fam in fams:
-        fixed = ", ".join(f"{s.ours}={_js(s.value)}" for s in fam.switches)
-        where = f"{fam.architecture}" if fam.architecture else f"model_type {fam.name}"
-        lines.append(textwrap.fill(
-            f"{fam.name} ({where}{', its ' + fam.nested if fam.nested else ''}): {fixed}",
-            width=92, initial_indent="  ", subsequent_indent="    "))
-    return "\n".join(lines)

@@ -17,7 +17,8 @@ from typing import Any
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import UserError, read_json_object
-from depthlab.hf.mapping import ANATOMY, HYBRID_TYPES, model_config_from_hf, text_config
+from depthlab.hf.config_map import model_config_from_hf, text_config
+from depthlab.hf.mapping import ANATOMY, HYBRID_TYPES
 from depthlab.locales import text
 from depthlab.probes.hybrid import (
     FULL,
@@ -30,6 +31,7 @@ from depthlab.probes.hybrid import (
     layer_types,
     linear_attention,
 )
+from depthlab.probes.stages import Shape, Stage, dense_stages, param_counts, q_width
 
 CONFIG_PACKAGE = "depthlab.data"
 
@@ -55,30 +57,6 @@ def model_of(raw: dict[str, Any]) -> ModelConfig:
     and, for a hybrid, the model its full-attention layers would make if every layer
     were one (`hybrid_anatomy` counts the real mix)."""
     return model_config_from_hf(raw, ANATOMY)[0]
-
-
-Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One step of the data flow: what it outputs for T tokens, the parameters it holds."""
-
-    key: str  # embedding | positions | attn_norm | attention | linear_attention | attn_residual
-    #           | ffn_norm | ffn | ffn_residual | final_norm | lm_head | vision | mtp
-    shape: Shape
-    params: int  # all copies together (layers x params_per_layer inside the blocks)
-    layers: int | None = None  # how many blocks hold it; None: once, outside the blocks
-    params_per_layer: int | None = None
-    tied: bool = False  # lm_head: the embedding matrix read again, no parameters of its own
-    label: str = ""  # its output's name in Anatomy.shapes ("attention write"); "": not listed
-    inner: tuple[tuple[str, Shape], ...] = ()  # shapes inside it (q_proj, scores, ffn hidden)
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "shape": list(self.shape), "layers": self.layers,
-                "params_per_layer": self.params_per_layer, "params": self.params,
-                "tied": self.tied,
-                "inner": [{"stage": name, "shape": list(sh)} for name, sh in self.inner]}
 
 
 @dataclass(frozen=True)
@@ -155,15 +133,15 @@ def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "
     """Shapes at every stage for T tokens and parameters per stage, component and layer."""
     _check_tokens(tokens)
     m = validate_model(model)
-    by_component, block, stage_params = _param_counts(m)
+    by_component, block, stage_params = param_counts(m)
     d = m.d_model
     total = sum(by_component.values())
     ffn_params = by_component.get("ffn", 0)
     return Anatomy(
         name=name, source=source, model=m, tokens=tokens,
-        stages=_stages(m, tokens, stage_params), params_by_component=by_component,
+        stages=dense_stages(m, tokens, stage_params), params_by_component=by_component,
         params_per_layer=block, total_params=total, ffn_share=ffn_params / total,
-        ffn_multiple=m.ffn_hidden / d, q_proj_width=_q_width(m), n_writes=m.n_writes,
+        ffn_multiple=m.ffn_hidden / d, q_proj_width=q_width(m), n_writes=m.n_writes,
         init_std=m.init_std,
         residual_init_std=replace(m, scaled_init=True, init_gain=1.0).out_proj_std,
     )
@@ -172,65 +150,6 @@ def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "
 def _check_tokens(tokens: Any) -> None:
     if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 4096:
         raise UserError(f"tokens must be an integer between 1 and 4096, got {tokens!r}")
-
-
-def _q_width(m: ModelConfig) -> int:
-    return m.n_heads * m.head_size * (2 if m.attn_gate else 1)
-
-
-def _stages(m: ModelConfig, T: int, params: dict[str, int],
-            rotated: int | None = None) -> tuple[Stage, ...]:
-    """The data flow of a model whose blocks are all alike; `params` per top-level stage
-    and per block stage (one block). `rotated`: head dimensions RoPE turns (all of them)."""
-    d, H, K, E, L = m.d_model, m.n_heads, m.kv_heads, m.head_size, m.n_layers
-
-    def block(key: str, label: str = "", inner: tuple = ()) -> Stage:
-        n = params.get(key, 0)
-        return Stage(key, (T, d), n * L, L, n, label=label, inner=inner)
-
-    attn_inner = (("q_proj (query" + (" | gate)" if m.attn_gate else ")"), (T, _q_width(m))),
-                  ("k_proj", (T, K * E)), ("v_proj", (T, K * E)),
-                  ("attention scores", (H, T, T)), ("attention output (o_proj in)", (T, H * E)))
-    learned = m.position == "learned"
-    stages = [Stage("embedding", (T, d), params.get("embedding", 0), label="embedding"),
-              Stage("positions", (T, d) if learned else (T, (rotated or E) // 2),
-                    params.get("positions", 0))]
-    for sub, label, inner in (("attention", "attention write", attn_inner),
-                              ("ffn", "ffn write", (("ffn hidden", (T, m.ffn_hidden)),))):
-        prefix = "attn" if sub == "attention" else "ffn"
-        core = [block(sub, label, inner)]
-        norm = [block(f"{prefix}_norm")] if m.norm != "none" else []
-        res = [block(f"{prefix}_residual")] if m.residual != "none" else []
-        stages += {"post": core + res + norm, "output": core + norm + res}.get(
-            m.placement, norm + core + res)
-    if "final_norm" in params:
-        stages.append(Stage("final_norm", (T, d), params["final_norm"]))
-    stages.append(Stage("lm_head", (T, m.vocab_size), params.get("lm_head", 0),
-                        tied=m.tie_embeddings, label="logits"))
-    return tuple(stages)
-
-
-def _param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """Parameters by component, of one block by component, and by stage (one block's for
-    the block stages), from a one-block copy of the model on the meta device (the blocks
-    are identical, so L blocks are L copies of it: building a 95-layer model would take
-    seconds). torch is imported here, not with the module, so listing or validating
-    configs does not wait for it."""
-    from depthlab.model.summary import build_meta, component_of, stage_of
-
-    one = build_meta(replace(m, n_layers=1))
-    by_component: dict[str, int] = {}
-    by_stage: dict[str, int] = {}
-    block = {"attention": 0, "ffn": 0, "norm": 0}  # + "residual" where a variant learns scalars
-    for pname, p in one.named_parameters():
-        key = component_of(pname)
-        in_block = pname.startswith("blocks.")
-        by_component[key] = by_component.get(key, 0) + p.numel() * (m.n_layers if in_block else 1)
-        by_stage[stage_of(pname)] = by_stage.get(stage_of(pname), 0) + p.numel()
-        if in_block:
-            block[key] = block.get(key, 0) + p.numel()
-    block["total"] = sum(block.values())
-    return by_component, block, by_stage
 
 
 def anatomy_of(name_or_path: str, tokens: int = 5) -> Anatomy:
@@ -266,7 +185,7 @@ def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> 
     T, d = tokens, m.d_model
     per_stage = {"embedding": counts["embedding"], "attn_norm": d, "ffn_norm": d,
                  "ffn": ffn(tc), "final_norm": d, "lm_head": counts.get("lm_head", 0)}
-    dense = _stages(m, T, per_stage, rotated=_rotated_dims(tc, m.head_size, 0.25))
+    dense = dense_stages(m, T, per_stage, rotated=_rotated_dims(tc, m.head_size, 0.25))
     at = next(i for i, st in enumerate(dense) if st.key == "attention")
     attn_layer = full["attention"] + full["norm"]  # with its QK-norm scales
     lin_layer = sum(lin.values())  # projections, gates, conv, gated norm
@@ -285,7 +204,7 @@ def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> 
         name=name, source=source, model=m, tokens=T, stages=stages,
         params_by_component=counts, params_per_layer=per_layer,
         total_params=sum(counts.values()), ffn_share=share, ffn_multiple=m.ffn_hidden / d,
-        q_proj_width=_q_width(m), n_writes=m.n_writes, init_std=m.init_std,
+        q_proj_width=q_width(m), n_writes=m.n_writes, init_std=m.init_std,
         residual_init_std=replace(m, scaled_init=True, init_gain=1.0).out_proj_std,
         share_definition=f"FFN of the {len(kinds)} trunk layers / all checkpoint weights"
         + (f" (with {' and '.join(other)})" if other else ""),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from depthlab.errors import UserError
-from depthlab.hf.mapping import text_config
+from depthlab.hf.config_map import text_config
 
 FULL, LINEAR = "full_attention", "linear_attention"
 
