@@ -485,3 +485,7 @@ EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in [
                ("model.attn_gate",), attn_gate_grid, attn_gate_analyze),
 ]}
 
+
+from depthlab.experiments.frontier import EXPERIMENT as FRONTIER  # noqa: E402  (it imports this module)
+
+EXPERIMENTS[FRONTIER.name] = FRONTIER
