@@ -29,7 +29,8 @@ from depthlab.hooks import HookedModule, HookPoint
 
 CORPUS = str(Path(__file__).parent / "data" / "tiny_shakespeare.txt")
 ON_MAIN = ("plain", "scaled", "rezero", "post-ln")  # arms whose switches every build has
-DESIGNS = {"plain", "scaled", "deepnorm", "rezero", "value-residual", "hc", "mhc", "attnres"}
+DESIGNS = {"plain", "scaled", "deepnorm", "rezero", "lns", "dyt", "value-residual", "hc", "mhc",
+           "attnres"}
 
 
 # --- the grid ----------------------------------------------------------------------

@@ -67,6 +67,11 @@ ARMS: tuple[Arm, ...] = (
         ("model.placement=post", "model.residual=deepnorm", *C8_SETTING), "#2ca02c",
         warmup=False),
     Arm("rezero", "ReZero", ("model.residual=rezero",), "#bcbd22"),
+    # LayerNorm Scaling without the 1/sqrt(2L) init: the paper finds the two together weaker
+    # and recommends dropping the scaled init (Sun et al. 2025, footnote to the abstract).
+    Arm("lns", "LayerNorm Scaling 1/sqrt(l)", ("model.norm_scale=depth", "model.scaled_init=false"),
+        "#7f7f7f"),
+    Arm("dyt", "DyT instead of the norms", ("model.norm=dyt",), "#aec7e8"),
     Arm("value-residual", "value residual", ("model.value_residual=true",), "#8c564b"),
     Arm("hc", "hyper-connections (n = 4)", ("model.residual=hc", "model.streams=4"), "#ff7f0e"),
     Arm("mhc", "mHC (n = 4)", ("model.residual=mhc", "model.streams=4"), "#9467bd"),
@@ -79,10 +84,7 @@ ARM_NAMES = tuple(ARM_BY_NAME)
 REFERENCE = "plain"  # every arm is compared with it at the same depth
 C8_PAIR = ("deepnorm", "post-ln")  # the lesson's C8 point, at the deepest depth
 STREAM_ARMS = ("hc", "mhc")  # n = 4 copies of the stream
-QUICK_STEPS = 100  # steps of every quick run (see QUICK_NOTE and estimated_seconds)
-QUICK_NOTE = ("quick: one seed, 100 steps; the 12-layer stack for every arm but the C8 pair, "
-              "which alone runs at 48 layers; standard runs every arm at 12 and 48 layers, "
-              "3 seeds, 500 steps")
+QUICK_STEPS = 100  # steps of every quick run (estimated_seconds keeps quick in its bound)
 
 # Seconds of one core per (layer x training step) of the course model at batch 16 x 64,
 # evaluations and probes included: the residual experiment's quick budget measured 9,600
@@ -469,6 +471,6 @@ EXPERIMENT = Experiment(
     "gradients, and does DeepNorm train Post-LN at 48 layers without warmup?",
     "改写残差这一行的各种设计,在 12 层和 48 层的课程模型上并排训练:哪些超出种子波动地更好,它们对残差流和梯度"
     "做了什么,DeepNorm 能否在 48 层、不带 warmup 时训练 Post-LN?",
-    ("model.residual", "model.placement", "model.value_residual", "model.streams",
-     "model.n_layers", "model.scaled_init", "train.warmup_steps", "train.lr"),
+    ("model.residual", "model.placement", "model.norm", "model.norm_scale", "model.value_residual",
+     "model.streams", "model.n_layers", "model.scaled_init", "train.warmup_steps", "train.lr"),
     grid, analyze)
