@@ -312,3 +312,52 @@ def test_micro_run_exports_the_report_and_the_page_data(tmp_path, monkeypatch):
     assert len(plain["stream_rms_trained"]) == 2 * micro.deep + 1
     assert data["learned"] == {}  # none of these arms learns a mixing
     assert any(c["en"].startswith("The micro budget ran") for c in export["conclusions"])
+
+
+# --- the docs page, filled from the exported files ------------------------------------
+
+def _script():
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "scripts" / "frontier_results.py"
+    spec = importlib.util.spec_from_file_location("frontier_results", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docs_page_has_a_measured_section_for_every_design_and_the_summary():
+    script = _script()
+    page = script.PAGE.read_text(encoding="utf-8")
+    names = [m.group(2) for m in script.MARKER.finditer(page)]
+    assert sorted(names) == sorted([*script.SECTIONS, "summary"])
+    assert {a for arms in script.SECTIONS.values() for a in arms} == set(f.ARM_NAMES) - {
+        "plain", "scaled"}
+
+
+def test_docs_sections_are_rendered_from_the_export_only():
+    script = _script()
+    finals = {("plain", 3): [2.0, 2.1], ("hc", 3): [1.80, 1.82], ("rezero", 3): [2.0, 2.1],
+              ("deepnorm", 6): [2.2, 2.3], ("post-ln", 6): [3.3, 3.31]}
+    report, data = f.build_report(results(finals), BASE, TIMING,
+                                  {"L3-hc": {"mixing": [{"name": "m", "matrix": [[1.0]]}] * 3,
+                                             "depth_weights": [], "composite_gain": 1.0}},
+                                  "standard")
+    export = {"budget": "standard", "command": "depthlab experiment residual-frontier",
+              "exported_at": "2026-01-01T00:00:00Z", "depthlab_version": "0",
+              "conclusions": report.conclusions}
+    data = json.loads(json.dumps(data, allow_nan=True))  # as read back from frontier.json
+    filled = script.fill(script.PAGE.read_text(encoding="utf-8"), script.render(export, data))
+    assert "Not measured yet" not in filled
+    sections = {m.group(2): m.group(3) for m in script.MARKER.finditer(filled)}
+    hc = sections["hc"]
+    assert "1.8100 ± 0.0100 (2 seeds); against plain 2.0500: -0.2400, beyond the seed spread" in hc
+    assert "time per step 12.5 ms, 1.25x plain's" in hc and "3 learned mixing matrices" in hc
+    assert "within the seed spread ±0.1000: no difference claimed" in sections["rezero"]
+    deepnorm = sections["deepnorm"]  # the C8 pair is reported, never compared with plain
+    assert "2.2500 ± 0.0500" in deepnorm and "3.3050" in deepnorm and "against plain" not in deepnorm
+    assert "Not an arm of the `standard` budget's grid." in sections["attnres"]
+    assert report.conclusions[0]["en"] in sections["summary"]
+    # filling twice gives the same page
+    assert script.fill(filled, script.render(export, data)) == filled
+    assert script.main(["frontier_results.py", "/nonexistent/residual-frontier"]) == 2
