@@ -264,22 +264,59 @@ def test_reader_takes_matrices_from_attributes_and_weights_from_hooks_in_layer_o
     assert weights[3]["weights"] == pytest.approx(expected.tolist())  # averaged over [3, 5]
 
 
-def test_reader_prefers_the_hooks_and_tolerates_a_model_without_either():
-    class Hooked(HookedModule):
+class FakeMHC(nn.Module):
+    """The hook points of residual=mhc: pre, post [B, T, n] and comb [B, T, n, n]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_pre, self.hook_post, self.hook_comb = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        comb = torch.tensor([[0.25, 0.75], [0.75, 0.25]]).expand(*x.shape, 2, 2).clone()
+        comb[0] = torch.tensor([[0.75, 0.25], [0.25, 0.75]])  # batch mean: all 0.5
+        self.hook_pre(torch.full((*x.shape, 2), 0.5))
+        self.hook_post(torch.full((*x.shape, 2), 1.5))
+        self.hook_comb(comb)
+        return x
+
+
+class FakeHC(nn.Module):
+    """The hook points of residual=hc: alpha = [A_m | A_r] [B, T, n, n+1], beta [B, T, n]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_alpha, self.hook_beta = HookPoint(), HookPoint()
+        self.mixing_matrix = torch.zeros(2, 2)  # ignored: the hooks answer first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        alpha = torch.tensor([[1.0, 1.0, 0.2], [0.0, 0.1, 1.0]])
+        self.hook_alpha(alpha.expand(*x.shape, 2, 3))
+        self.hook_beta(torch.tensor([1.0, 0.5]).expand(*x.shape, 2))
+        return x
+
+
+def test_reader_takes_the_mixing_of_mhc_and_hc_from_their_hook_points():
+    class Model(HookedModule):
         def __init__(self) -> None:
             super().__init__()
-            self.write = FakeWrite(torch.eye(2))
-            self.hook_mixing = HookPoint()
+            self.blocks = nn.ModuleList(nn.Module() for _ in range(2))
+            self.blocks[0].attn_residual = FakeMHC()
+            self.blocks[1].attn_residual = FakeHC()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            m = torch.tensor([[0.25, 0.75], [0.75, 0.25]]).expand(*x.shape, 2, 2).clone()
-            m[0] = torch.tensor([[0.75, 0.25], [0.25, 0.75]])
-            self.hook_mixing(m)
-            return x
+            return self.blocks[1].attn_residual(self.blocks[0].attn_residual(x))
 
-    got = read_learned(Hooked(), torch.zeros(2, 3))
-    assert got["mixing"] == [{"name": "hook_mixing", "matrix": [[0.5, 0.5], [0.5, 0.5]]}]
+    mhc, hc = read_learned(Model(), torch.zeros(2, 3, dtype=torch.long))["mixing"]
+    assert mhc == {"name": "blocks.0.attn_residual", "matrix": [[0.5, 0.5], [0.5, 0.5]],
+                   "read": [0.5, 0.5], "write": [1.5, 1.5]}
+    assert hc["name"] == "blocks.1.attn_residual"
+    assert torch.allclose(torch.tensor(hc["matrix"]), torch.tensor([[1.0, 0.2], [0.1, 1.0]]))  # A_r
+    assert hc["read"] == [1.0, 0.0] and hc["write"] == [1.0, 0.5]
+
+
+def test_reader_tolerates_a_model_without_learned_mixing():
     assert read_learned(nn.Linear(2, 2)) == {"mixing": [], "depth_weights": []}
+    assert read_learned(FakeModel(2), None)["depth_weights"] == []  # no batch: no hooks run
 
 
 def test_composite_gain_is_one_for_doubly_stochastic_and_grows_for_unconstrained():
@@ -287,6 +324,9 @@ def test_composite_gain_is_one_for_doubly_stochastic_and_grows_for_unconstrained
     assert composite_gain(list(ds) * 20) == pytest.approx(1.0)
     assert composite_gain([[[2.0, 0.0], [0.0, 1.0]]] * 3) == pytest.approx(8.0)
     assert composite_gain([[[1.0, 1.0], [0.0, 1.0]], [[1.0, 0.0], [1.0, 1.0]]]) == pytest.approx(3.0)
+    # |row sum| and |column sum| of the product, as the mHC paper's Amax gain (and the
+    # simulator): a signed matrix whose sums cancel has gain 1, not its entries' 2
+    assert composite_gain([[[1.0, -1.0], [0.0, 1.0]]]) == pytest.approx(1.0)
 
 
 # --- one micro run through the runner, with the arms every build has ----------------

@@ -239,7 +239,8 @@ def build_report(results: list[RunResult], base: Baselines, timing: dict,
     report.conclusions.append(grad_sentence(arms, depths[-1]))
     if timing.get("arms"):
         report.conclusions.append(timing_sentence(timing))
-    report.conclusions.append(learned_sentence(learned))
+    if learned:
+        report.conclusions.append(learned_sentence(learned))
     report.conclusions.append(texts(
         "frontier.baselines", tokens=f"{base.tokens:,}", windows=base.windows,
         val_tokens=f"{base.val_tokens:,}", unigram=f"{base.unigram:.4f}",

@@ -1,15 +1,18 @@
 """What the trained widened-stream models learned, read from their checkpoints for the
-page: the stream-mixing matrix of every hyper-connection write (hc, mhc) and the depth
-weights of every attention-residual sublayer (attnres).
+page: the stream-mixing matrix of every hyper-connection write (hc, mhc) with its read
+and write weights, and the depth weights of every attention-residual sublayer (attnres).
 
-The reader asks the model, in this order, and takes the first that answers:
-  1. hook points named `...hook_mixing` (a tensor [..., n, n]: the matrix that mixes
-     the n streams at that write, per token) and `...hook_depth_weights` ([..., k]: the
-     softmax weights over the k earlier sources), recorded on a fixed validation batch
-     and averaged over every leading axis (batch, tokens);
-  2. module attributes `mixing_matrix` / `comb` ([n, n]) and `depth_weights` ([k]),
-     tensors or methods returning one (the input-independent part).
-A model that offers neither yields empty lists, which the report states as such.
+The mixing weights depend on the input, so they are recorded at the residual modules'
+hook points on the run's fixed validation batch and averaged over batch and tokens
+(an average of doubly stochastic matrices is doubly stochastic):
+  mHC  `*.hook_comb` [..., n, n] (H <- comb^T H), `*.hook_pre` / `*.hook_post` [..., n];
+  HC   `*.hook_alpha` [..., n, n+1] = [A_m | A_r] (the matrix is A_r; H <- A_r^T H),
+       `*.hook_beta` [..., n];
+  any  `*.hook_mixing` [..., n, n] (a generic name for the next design);
+  AttnRes `*.hook_depth_weights` [..., k]: softmax weights over the k earlier sources.
+A model without such hook points is asked for module attributes `mixing_matrix` /
+`depth_weights` (tensors or methods returning one), else yields empty lists, which the
+report states as such.
 """
 
 from __future__ import annotations
@@ -24,8 +27,13 @@ import torch
 from torch import nn
 
 LEARNED_ARMS = ("hc", "mhc", "attnres")
-MIXING_HOOK, DEPTH_HOOK = "hook_mixing", "hook_depth_weights"
-MIXING_ATTRS, DEPTH_ATTRS = ("mixing_matrix", "comb"), ("depth_weights",)
+# hook suffix -> (what it holds, how to read the averaged tensor)
+MATRIX_HOOKS = {"hook_comb": lambda t: t, "hook_mixing": lambda t: t,
+                "hook_alpha": lambda t: t[..., 1:]}
+READ_HOOKS = {"hook_pre": lambda t: t, "hook_alpha": lambda t: t[..., 0]}
+WRITE_HOOKS = {"hook_post": lambda t: t, "hook_beta": lambda t: t}
+DEPTH_HOOK = "hook_depth_weights"
+MIXING_ATTRS, DEPTH_ATTRS = ("mixing_matrix",), ("depth_weights",)
 PAGE_DATA_FILE = "frontier.json"
 
 
@@ -44,51 +52,69 @@ def _attr_tensor(module: nn.Module, attrs: tuple[str, ...]) -> torch.Tensor | No
     return None
 
 
+def _split(name: str) -> tuple[str, str]:
+    """`blocks.0.attn_residual.hook_comb` -> ("blocks.0.attn_residual", "hook_comb")."""
+    prefix, _, suffix = name.rpartition(".")
+    return prefix, suffix
+
+
 def _hooked(model: nn.Module, x: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    names = [n for n, _ in model.named_modules()
-             if n.endswith(MIXING_HOOK) or n.endswith(DEPTH_HOOK)]
+    """Every learned-weight hook's tensor on the batch x, averaged over batch and tokens."""
+    suffixes = {*MATRIX_HOOKS, *READ_HOOKS, *WRITE_HOOKS, DEPTH_HOOK}
+    names = [n for n, _ in model.named_modules() if _split(n)[1] in suffixes]
     if not names or x is None or not hasattr(model, "run_with_cache"):
         return {}
     with torch.no_grad():
         _, cache = model.run_with_cache(x, names=names)
-    return {n: cache[n].float() for n in cache.keys()}
-
-
-def _averaged(t: torch.Tensor, dims: int) -> torch.Tensor:
-    """Mean over every axis but the last `dims`."""
-    return t.reshape(-1, *t.shape[t.dim() - dims:]).mean(0) if t.dim() > dims else t
+    return {n: cache[n].float().reshape(-1, *cache[n].shape[x.dim():]).mean(0)
+            for n in cache.keys()}
 
 
 def read_learned(model: nn.Module, x: torch.Tensor | None = None) -> dict[str, list]:
-    """{"mixing": [{"name", "matrix"}], "depth_weights": [{"name", "weights"}]} in
-    layer order; hooks first (on the batch x), module attributes otherwise."""
+    """{"mixing": [{"name", "matrix", "read", "write"}], "depth_weights": [{"name",
+    "weights"}]} in layer order: hook points on the batch x (shaped like the model's
+    input; the hooks' leading axes are the same), module attributes otherwise."""
     cached = _hooked(model, x)
-    mixing = [(n, _averaged(t, 2)) for n, t in cached.items() if n.endswith(MIXING_HOOK)]
-    depth = [(n, _averaged(t, 1)) for n, t in cached.items() if n.endswith(DEPTH_HOOK)]
+    by_module: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in cached.items():
+        prefix, suffix = _split(name)
+        by_module.setdefault(prefix, {})[suffix] = t
+    mixing, depth = [], []
+    for prefix, hooks in by_module.items():
+        pick = lambda table, hooks=hooks: next(
+            (f(hooks[k]) for k, f in table.items() if k in hooks), None)
+        matrix = pick(MATRIX_HOOKS)
+        if matrix is not None and matrix.dim() == 2 and matrix.shape[0] == matrix.shape[1]:
+            read, write = pick(READ_HOOKS), pick(WRITE_HOOKS)
+            mixing.append((prefix, matrix, read, write))
+        if DEPTH_HOOK in hooks:
+            depth.append((prefix, hooks[DEPTH_HOOK]))
     if not mixing:
-        mixing = [(n, m) for n, mod in model.named_modules()
+        mixing = [(n, m, None, None) for n, mod in model.named_modules()
                   if (m := _attr_tensor(mod, MIXING_ATTRS)) is not None
                   and m.dim() == 2 and m.shape[0] == m.shape[1]]
     if not depth:
         depth = [(n, w) for n, mod in model.named_modules()
                  if (w := _attr_tensor(mod, DEPTH_ATTRS)) is not None and w.dim() == 1]
-    mixing.sort(key=lambda p: _order(p[0]))
-    depth.sort(key=lambda p: _order(p[0]))
-    return {"mixing": [{"name": n, "matrix": m.tolist()} for n, m in mixing],
+    mixing.sort(key=lambda e: _order(e[0]))
+    depth.sort(key=lambda e: _order(e[0]))
+    listed = lambda t: None if t is None else t.tolist()
+    return {"mixing": [{"name": n, "matrix": m.tolist(), "read": listed(r), "write": listed(w)}
+                       for n, m, r, w in mixing],
             "depth_weights": [{"name": n, "weights": w.tolist()} for n, w in depth]}
 
 
 def composite_gain(matrices: list[list[list[float]]]) -> float:
-    """The largest absolute row or column sum of the product of the mixing matrices over
-    depth (last write leftmost): how much the stack of mixes can amplify a signal. It is 1
-    for doubly stochastic matrices (mHC) at any depth; unconstrained HC can drift from it."""
+    """max(largest |row sum|, largest |column sum|) of M_1 M_2 ... M_L: the mHC paper's
+    "Amax gain magnitude" (arXiv 2512.24880, Fig. 3), the convention of the simulator's
+    gain (depthlab.probes.mixing). 1 for any product of doubly stochastic matrices (mHC);
+    unconstrained HC matrices can multiply up with depth."""
     if not matrices:
         return math.nan
     product = torch.eye(len(matrices[0]), dtype=torch.float64)
     for m in matrices:
-        product = torch.tensor(m, dtype=torch.float64) @ product
-    a = product.abs()
-    return float(max(a.sum(0).max(), a.sum(1).max()))
+        product = product @ torch.tensor(m, dtype=torch.float64)
+    return float(max(product.sum(1).abs().max(), product.sum(0).abs().max()))
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
