@@ -235,8 +235,9 @@ def build_report(results: list[RunResult], base: Baselines, timing: dict,
     c8 = c8_sentence(arms, depths[-1], base)
     if c8 is not None:
         report.conclusions.append(c8)
-    report.conclusions.append(stream_sentence(arms, depths[-1]))
-    report.conclusions.append(grad_sentence(arms, depths[-1]))
+    for depth in depths:
+        report.conclusions.append(stream_sentence(arms, depth))
+        report.conclusions.append(grad_sentence(arms, depth))
     if timing.get("arms"):
         report.conclusions.append(timing_sentence(timing))
     if learned:
