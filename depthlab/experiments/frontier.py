@@ -475,7 +475,7 @@ EXPERIMENT = Experiment(
     "layers: which train better beyond the seed spread, what do they do to the stream and the "
     "gradients, and does DeepNorm train Post-LN at 48 layers without warmup?",
     "改写残差这一行的各种设计,在 12 层和 48 层的课程模型上并排训练:哪些超出种子波动地更好,它们对残差流和梯度"
-    "做了什么,DeepNorm 能否在 48 层、不带 warmup 时训练 Post-LN?",
+    "做了什么,按深度放大跳连能否让 48 层的 Post-LN 不带 warmup 也训练起来?",
     ("model.residual", "model.placement", "model.norm", "model.norm_scale", "model.value_residual",
      "model.streams", "model.n_layers", "model.scaled_init", "train.warmup_steps", "train.lr"),
     grid, analyze)
