@@ -58,7 +58,9 @@ class Arm:
 # failing: no warmup, plain 0.02 init (DeepNorm brings its own beta init), lr HIGH_LR (5e-3).
 # Measured here (48 layers, quick's batch, 100 steps, seed 0): at the course lr 3e-3 with the
 # 0.02/sqrt(2L) init plain Post-LN trains without warmup (2.44 nats at step 70), so that
-# setting shows nothing; in this one it ends at 3.307, on the unigram plateau (3.3045).
+# setting shows nothing; in this one it ends at 3.307, on the unigram plateau (3.3045). So does
+# DeepNorm (the model's residual=deepnorm, trial before merge): 3.307 after 100 steps. The
+# C8 point does not show at quick's 100 steps in this setting; c8_sentence says so.
 C8_SETTING = ("model.scaled_init=false", f"train.lr={HIGH_LR:g}")
 
 ARMS: tuple[Arm, ...] = (
