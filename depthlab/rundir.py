@@ -40,11 +40,17 @@ LOCK_FILE = ".lock"
 # data.*, so a grid entry (before tokenizing) and its finished run hash alike.
 RUNTIME_KEYS = frozenset({"train.device", "train.threads", "train.compile"})
 DERIVED_KEYS = frozenset({"model.vocab_size"})
+# Fields added after runs were recorded, with the value that computes what the model did
+# before they existed: left out of the hash at that value, so a run trained before the
+# field existed keeps its hash and stays reusable.
+ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1}
 
 
 def config_hash(cfg: Config) -> str:
-    """sha256 of what a config computes: every field except RUNTIME_KEYS and DERIVED_KEYS."""
-    flat = {k: v for k, v in flatten(cfg).items() if k not in RUNTIME_KEYS | DERIVED_KEYS}
+    """sha256 of what a config computes: every field except RUNTIME_KEYS and DERIVED_KEYS,
+    and the ADDED_FIELDS at their old-model values."""
+    flat = {k: v for k, v in flatten(cfg).items() if k not in RUNTIME_KEYS | DERIVED_KEYS
+            and (k not in ADDED_FIELDS or ADDED_FIELDS[k] != v)}
     return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()
 
 

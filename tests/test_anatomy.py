@@ -5,9 +5,9 @@ import json
 import pytest
 
 from depthlab.errors import UserError
+from depthlab.hf.mapping import HYBRID_TYPES
 from depthlab.probes import anatomy_of, anatomy_of_preset, evolution_table, shipped_configs
 from depthlab.probes.anatomy import load_hf_config
-from depthlab.probes.hybrid import HYBRID_TYPES
 
 
 def hand_count(raw: dict) -> int:
@@ -197,3 +197,70 @@ def test_hybrid_config_without_vision_or_mtp_has_one_definition(tmp_path):
     assert "vision" not in a.params_by_component and "mtp" not in a.params_by_component
     assert a.text_ffn_share is None
     assert a.total_params == 27_781_427_952 - 460_730_096 - 424_699_392
+
+
+# ---- the data-flow stages the page draws ---------------------------------------------
+
+STAGE_KEYS = {"key", "shape", "layers", "params_per_layer", "params", "tied", "inner"}
+
+
+@pytest.mark.parametrize("name", shipped_configs())
+def test_stages_add_up_to_the_total(name):
+    a = anatomy_of(name, tokens=7)
+    data = a.to_json()
+    assert sum(st["params"] for st in data["stages"]) == a.total_params
+    for st in data["stages"]:
+        assert set(st) == STAGE_KEYS
+        if st["layers"] is not None:
+            assert st["params"] == st["layers"] * st["params_per_layer"]
+    keys = [st["key"] for st in data["stages"]]
+    assert keys[:2] == ["embedding", "positions"] and "lm_head" in keys
+    assert keys.index("attn_norm") < keys.index("attention") < keys.index("ffn")
+
+
+def test_gpt2_stages_are_the_hand_counts():
+    """GPT-2 small: LayerNorm has a weight and a bias, so the final norm holds 2 x 768."""
+    st = {s.key: s for s in anatomy_of("gpt2").stages}
+    d, f, V, P = 768, 3072, 50257, 1024
+    assert st["final_norm"].params == 1_536 == 2 * d
+    assert (st["attn_norm"].params_per_layer, st["ffn_norm"].params_per_layer) == (2 * d, 2 * d)
+    assert st["attention"].params_per_layer == 4 * d * d + 4 * d
+    assert st["ffn"].params_per_layer == 2 * d * f + f + d
+    assert (st["embedding"].params, st["positions"].params) == (V * d, P * d)
+    assert st["lm_head"].tied and st["lm_head"].params == 0 and st["lm_head"].shape == (5, V)
+
+
+def test_llama_stages_rmsnorm_rope_and_untied_head():
+    st = {s.key: s for s in anatomy_of("llama-2-7b").stages}
+    assert st["final_norm"].params == 4096  # RMSNorm: a weight only
+    assert st["positions"].params == 0 and st["positions"].shape == (5, 64)  # RoPE: 128 / 2 angles
+    assert not st["lm_head"].tied and st["lm_head"].params == 32000 * 4096
+
+
+# Every placement, residual and norm (a placement other than pre needs a norm).
+SWITCHES = [(p, r, n) for p in ("pre", "post", "sandwich", "output")
+            for r in ("none", "plain", "scaled", "rezero")
+            for n in ("none", "layernorm", "rmsnorm") if n != "none" or p == "pre"]
+
+
+@pytest.mark.parametrize("placement,residual,norm", SWITCHES)
+def test_stages_cover_every_switch(placement, residual, norm):
+    from depthlab.config import ModelConfig
+    from depthlab.probes import anatomy
+
+    m = ModelConfig(n_layers=3, d_model=32, n_heads=4, vocab_size=50, placement=placement,
+                    residual=residual, norm=norm, position="learned", tie_embeddings=False,
+                    qk_norm=norm != "none", final_norm=norm != "none", attn_gate=True,
+                    bias=residual == "scaled")
+    a = anatomy(m, tokens=4)
+    keys = [s.key for s in a.stages]
+    assert sum(s.params for s in a.stages) == a.total_params
+    assert ("attn_residual" in keys) == (residual != "none")
+    assert ("attn_norm" in keys) == (norm != "none")
+    if residual == "rezero":  # one learned scalar per write
+        assert {s.key: s.params_per_layer for s in a.stages}["attn_residual"] == 1
+    if norm != "none" and residual != "none":
+        where = keys.index("attn_norm") - keys.index("attention")
+        assert where == {"post": 2, "output": 1}.get(placement, -1)
+    assert {s.key: s.layers for s in a.stages}["ffn"] == 3  # one block counted, three stand
+    assert ("final_norm" in keys) == (norm != "none")

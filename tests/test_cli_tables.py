@@ -89,8 +89,8 @@ def test_probe_tables_align_and_explain_every_column(capsys, toggles):
     (["probe", "paths", "--depth", "2", "--scale", "-0.5"], 2),
     (["probe", "paths", "--depth", "64", "--scale", "3", "--x0=-1e6"], 1),
     (["anatomy", "--evolution"], 1),
-    *((["anatomy", name], 1) for name in shipped_configs()),
-    *((["anatomy", "--preset", name], 1) for name in PRESETS),
+    *((["anatomy", name], 2) for name in shipped_configs()),  # data flow, components
+    *((["anatomy", "--preset", name], 2) for name in PRESETS),
 ])
 def test_other_tables_align_and_explain_every_column(capsys, argv, n):
     assert main(argv) == 0

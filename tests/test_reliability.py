@@ -352,3 +352,18 @@ def test_under_torchrun_rank0_holds_the_lock_and_both_ranks_refuse(tmp_path):
                           timeout=180)
     assert free.returncode == 0, free.stderr[-3000:]
     assert read_metrics(run, "run_end")[-1]["status"] == "completed"
+
+
+def test_fields_added_later_keep_old_hashes_at_their_old_value_and_count_otherwise():
+    from dataclasses import replace
+
+    from depthlab.rundir import ADDED_FIELDS
+
+    cfg = get_preset("course")
+    # the course config's hash, computed on main before these fields existed
+    assert config_hash(cfg) == "e7e3e78d29b83a39971f11616482139662d8030ff2edb8d3d178c7c74a750978"
+    for key, old in ADDED_FIELDS.items():
+        section, field = key.split(".")
+        assert getattr(getattr(cfg, section), field) == old
+    changed = replace(cfg, model=replace(cfg.model, value_residual=True))
+    assert config_hash(changed) != config_hash(cfg)

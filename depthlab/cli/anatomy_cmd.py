@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from depthlab.cli.common import print_json
 from depthlab.cli.table import legend, print_lines, table
+from depthlab.hf.mapping import ANATOMY
+from depthlab.hf.mapping_doc import help_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "anatomy", help="tensor shapes and parameter shares of a model config",
-        description="Tensor shape at every stage for T tokens, parameters per component and "
-        "per layer, FFN share and width, q_proj width, residual writes, init std. "
-        "Examples: depthlab anatomy gpt2 --tokens 5; depthlab anatomy --preset course; "
-        "depthlab anatomy path/to/config.json; depthlab anatomy --evolution")
+        description=textwrap.fill(
+            "Tensor shape at every stage for T tokens, parameters per stage, component and "
+            "per layer, FFN share and width, q_proj width, residual writes, init std. A "
+            "config.json is read by the same table as `depthlab hf import` (below), which "
+            "here also knows the families depthlab cannot run and skips the fields that "
+            "change no parameter (RoPE scaling, sliding windows, the activation). "
+            "Examples: depthlab anatomy gpt2 --tokens 5; depthlab anatomy --preset course; "
+            "depthlab anatomy path/to/config.json; depthlab anatomy --evolution", 92),
+        epilog=help_text(ANATOMY), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", metavar="CONFIG",
                    help="a shipped config name (see --list) or a Hugging Face config.json path")
     p.add_argument("--preset", help="a named preset instead of a config")
@@ -51,6 +59,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nShapes for T = {a.tokens} tokens:")
     for stage, shape in a.shapes:
         print(f"  {stage:<32} [{' x '.join(map(str, shape))}]")
+    print("\nData flow:")
+    print_lines([*table(
+        ["stage", "output", "per layer", "layers", "parameters"],
+        [(st.key, " x ".join(map(str, st.shape)) or "-",
+          "-" if st.layers is None else f"{st.params_per_layer:,}",
+          "-" if st.layers is None else st.layers,
+          "tied to the embedding" if st.tied else f"{st.params:,}") for st in a.stages],
+        left={0, 1}), *legend(("stage", "in forward order"),
+                              ("output", "the stage's output for T tokens"),
+                              ("per layer", "one block's parameters in it"),
+                              ("layers", "blocks that hold it"),
+                              ("parameters", "all layers together"))])
     print("\nParameters:")
     rows = [(comp, f"{n:,}", f"{100 * n / a.total_params:.1f}%")
             for comp, n in a.params_by_component.items()]

@@ -4,21 +4,40 @@ lesson's probes on a pretrained model's blocks."""
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from depthlab.cli.run_probe_cmd import add_run_probe
+from depthlab.hf.config_map import export_switches
+from depthlab.hf.mapping import FAMILIES, IMPORT, families_for
+from depthlab.hf.mapping_doc import help_text
+
+
+def _described(text: str) -> dict:
+    """description (wrapped here) + the mapping's table as the epilog, both kept as written."""
+    return {"description": textwrap.fill(text, 92),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hf", help="import/export Hugging Face Llama, Qwen2, Qwen3 checkpoints")
+    importable = [f.architecture for f in families_for(IMPORT)]
+    p = sub.add_parser(
+        "hf", help="import/export Hugging Face " + ", ".join(
+            FAMILIES[n].architecture.removesuffix("ForCausalLM") for n in FAMILIES
+            if FAMILIES[n].architecture) + " checkpoints",
+        epilog=help_text(IMPORT), **_described(
+            "Hugging Face checkpoints in and out, and the real-model probes; every field "
+            "and tensor name comes from one table (depthlab/hf/mapping.py), printed below."))
     hsub = p.add_subparsers(title="actions", metavar="ACTION", parser_class=type(p))
 
     i = hsub.add_parser(
         "import", help="Hugging Face checkpoint directory -> depthlab run directory",
-        description="Read config.json and model.safetensors (or the shards listed in "
-        "model.safetensors.index.json) of a LlamaForCausalLM, Qwen2ForCausalLM or "
-        "Qwen3ForCausalLM checkpoint and write a run directory that generate, next-token, the "
-        "probes and the page accept; tokenizer.json is copied when present. Example: "
-        "depthlab hf import ~/models/Qwen3-0.6B --out runs/qwen3-0.6b")
+        epilog=help_text(IMPORT), **_described(
+            "Read config.json and model.safetensors (or the shards listed in "
+            f"model.safetensors.index.json) of a {', '.join(importable)} checkpoint and write "
+            "a run directory that generate, next-token, the probes and the page accept; "
+            "tokenizer.json is copied when present. A field whose value depthlab does not "
+            "implement is refused by name. Example: "
+            "depthlab hf import ~/models/Qwen3-0.6B --out runs/qwen3-0.6b"))
     i.add_argument("hf_dir", metavar="HF_DIR", help="directory with config.json + safetensors")
     i.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write")
     i.add_argument("--keep-dtype", action="store_true",
@@ -44,11 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     e = hsub.add_parser(
         "export", help="depthlab run directory -> Hugging Face checkpoint directory",
-        description="Write config.json + model.safetensors (float32) that "
-        "transformers.AutoModelForCausalLM.from_pretrained loads: Llama, or Qwen2 when the run "
-        "has model.qkv_bias, or Qwen3 when it has model.qk_norm. Runs with switches Llama/Qwen "
-        "lack (residual, placement, norm, attn_gate, ffn, ffn_clamp, position, final_norm) are "
-        "refused. Example: depthlab hf export runs/llama-tiny --out hf/llama-tiny")
+        epilog=help_text(IMPORT), **_described(
+            "Write config.json + model.safetensors (float32) that "
+            "transformers.AutoModelForCausalLM.from_pretrained loads: Llama, or Qwen2 when the "
+            "run has model.qkv_bias, or Qwen3 when it has model.qk_norm. Runs with switches "
+            f"Llama/Qwen lack ({', '.join(export_switches())}) are refused. "
+            "Example: depthlab hf export runs/llama-tiny --out hf/llama-tiny"))
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--out", required=True, metavar="HF_DIR", help="checkpoint directory to write")
     e.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")

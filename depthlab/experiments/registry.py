@@ -14,7 +14,8 @@ from importlib import import_module
 from depthlab.errors import UserError
 from depthlab.experiments.spec import Experiment
 
-MODULES = ("residual", "init_gradients", "stream_rms", "placement", "norm_type", "attn_gate")
+MODULES = ("residual", "init_gradients", "stream_rms", "placement", "norm_type", "attn_gate",
+           "frontier")
 
 
 def load(modules: tuple[str, ...] = MODULES) -> dict[str, Experiment]:

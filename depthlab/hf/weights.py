@@ -1,8 +1,8 @@
 """Tensor names and files of Hugging Face checkpoints (single or sharded safetensors).
 
-Our names follow the lesson (`blocks.3.attn_norm_in`), Hugging Face's follow
-Llama (`model.layers.3.input_layernorm`); the mapping is a handful of prefixes,
-the same in both directions. Only `safetensors` is needed, not Transformers.
+Our names follow the lesson (`blocks.3.attn_norm_in`), Hugging Face's follow Llama
+(`model.layers.3.input_layernorm`); the prefixes for each family, and llama.cpp's,
+are in `depthlab/hf/mapping.py`. Only `safetensors` is needed, not Transformers.
 """
 
 from __future__ import annotations
@@ -13,46 +13,48 @@ from pathlib import Path
 import torch
 
 from depthlab.errors import UserError
+from depthlab.hf.mapping import LLAMA_NAMES, TensorNames
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 
-# Inside a block: our submodule prefix -> Hugging Face's.
-_BLOCK_PARTS = {
-    "attn_norm_in.": "input_layernorm.",
-    "mlp_norm_in.": "post_attention_layernorm.",
-    "attn.": "self_attn.",
-    "mlp.": "mlp.",
-}
-_TOP_LEVEL = {
-    "embed_tokens.": "model.embed_tokens.",
-    "final_norm.": "model.norm.",
-    "lm_head.": "lm_head.",
-}
 # Buffers some older checkpoints carry; recomputed from the config, never read.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def _swap_prefix(name: str, table: dict[str, str]) -> str | None:
-    for ours, theirs in table.items():
+def _swap_prefix(name: str, table: tuple[tuple[str, str], ...]) -> str | None:
+    for ours, theirs in table:
         if name.startswith(ours):
             return theirs + name[len(ours):]
     return None
 
 
-def hf_name(name: str) -> str:
+def hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
     """Our parameter name -> the Hugging Face tensor name (`blocks.0.attn.q_proj.weight`
-    -> `model.layers.0.self_attn.q_proj.weight`)."""
+    -> `model.layers.0.self_attn.q_proj.weight`). Every importable family uses Llama's."""
     if name.startswith("blocks."):
         _, index, rest = name.split(".", 2)
-        mapped = _swap_prefix(rest, _BLOCK_PARTS)
+        mapped = _swap_prefix(rest, names.block)
         if mapped is not None:
-            return f"model.layers.{index}.{mapped}"
+            return f"{names.layer_prefix}{index}.{mapped}"
     else:
-        mapped = _swap_prefix(name, _TOP_LEVEL)
+        mapped = _swap_prefix(name, names.top)
         if mapped is not None:
             return mapped
     raise UserError(f"parameter {name!r} has no Hugging Face name")
+
+
+def gguf_to_hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
+    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`; a name without a
+    Llama equivalent comes back unchanged (the import then refuses it as having no place)."""
+    stem, _, suffix = name.rpartition(".")
+    top, block = dict(names.gguf_top), dict(names.gguf_block)
+    if stem in top:
+        return f"{top[stem]}.{suffix}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in block:
+        return f"{names.layer_prefix}{parts[1]}.{block[parts[2]]}.{suffix}"
+    return name
 
 
 def is_ignored(hf_tensor: str) -> bool:

@@ -31,6 +31,31 @@ def component_of(param_name: str) -> str:
     raise ValueError(f"unclassified parameter {param_name}")  # pragma: no cover
 
 
+# The data-flow stages that hold parameters, in the order of a Pre-Norm forward pass;
+# a block's stages sit between positions and final_norm, once per block.
+TOP_STAGES = ("embedding", "positions", "final_norm", "lm_head")
+BLOCK_STAGES = ("attn_norm", "attention", "attn_residual", "ffn_norm", "ffn", "ffn_residual")
+_BLOCK_PARTS = (("attn_norm_", "attn_norm"), ("attn_residual.", "attn_residual"),
+                ("attn.", "attention"), ("mlp_norm_", "ffn_norm"),
+                ("mlp_residual.", "ffn_residual"), ("mlp.", "ffn"))
+
+
+def stage_of(param_name: str) -> str:
+    """The data-flow stage a parameter belongs to (TOP_STAGES, BLOCK_STAGES): a sublayer's
+    norms (in, out or post, whatever the placement) are its *_norm stage; QK-norm sits
+    inside attention; a residual variant's learned scalars are its *_residual stage."""
+    if param_name.startswith("blocks."):
+        rest = param_name.split(".", 2)[2]
+        for prefix, stage in _BLOCK_PARTS:
+            if rest.startswith(prefix):
+                return stage
+    for prefix, stage in (("embed_tokens.", "embedding"), ("pos_embed.", "positions"),
+                          ("final_norm.", "final_norm"), ("lm_head.", "lm_head")):
+        if param_name.startswith(prefix):
+            return stage
+    raise ValueError(f"parameter {param_name} has no stage")  # pragma: no cover
+
+
 @dataclass(frozen=True)
 class ModelSummary:
     params_by_component: dict[str, int]

@@ -14,7 +14,6 @@ from depthlab.probes.anatomy import (
     anatomy_of,
     anatomy_of_preset,
     evolution_table,
-    model_config_from_hf,
     shipped_configs,
 )
 from depthlab.probes.exact import (
@@ -66,7 +65,7 @@ __all__ = [
     "GrowthRequest", "GrowthResult", "NormComparison", "PathExpansion", "RealGrowthResult",
     "RealRequest", "RealResult", "StackRequest", "SweepResult", "anatomy", "anatomy_of",
     "anatomy_of_preset", "compare", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
-    "mean_cosine", "model_config_from_hf", "probe_run_dir", "real_growth", "real_probe",
+    "mean_cosine", "probe_run_dir", "real_growth", "real_probe",
     "realmodel_probes", "rel_distance",
     "residual_choices", "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
     "token_collapse", "use_single_thread",

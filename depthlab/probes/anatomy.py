@@ -16,16 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from depthlab.config import ModelConfig, validate_model
-from depthlab.errors import ConfigError, UserError, read_json_object
+from depthlab.errors import UserError, read_json_object
+from depthlab.hf.config_map import model_config_from_hf, text_config
+from depthlab.hf.mapping import ANATOMY, HYBRID_TYPES
+from depthlab.locales import text
 from depthlab.probes.hybrid import (
     FULL,
-    HYBRID_TYPES,
     LINEAR,
+    TEXT_ONLY,
+    ffn,
     ffn_shares,
+    full_attention,
     hybrid_counts,
     layer_types,
-    text_config,
+    linear_attention,
 )
+from depthlab.probes.stages import Shape, Stage, dense_stages, param_counts, q_width
 
 CONFIG_PACKAGE = "depthlab.data"
 
@@ -45,62 +51,47 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
                             + ", ".join(shipped_configs()))
 
 
-def _need(raw: dict[str, Any], key: str) -> Any:
-    if key not in raw:
-        raise UserError(f"config.json has no {key!r} (model_type {raw.get('model_type')!r})")
-    return raw[key]
-
-
-def model_config_from_hf(raw: dict[str, Any]) -> ModelConfig:
-    """Map a GPT-2 or Llama-family (llama, mistral, qwen2, qwen3) config.json to a ModelConfig.
-    For a hybrid (qwen3_5) it is the model its full-attention layers would make if every
-    layer were one: the shapes of those layers; `hybrid_anatomy` counts the real mix."""
-    kind = raw.get("model_type")
-    try:
-        if kind == "gpt2":
-            d = _need(raw, "n_embd")
-            cfg = ModelConfig(
-                vocab_size=_need(raw, "vocab_size"), context_len=raw.get("n_positions", 1024),
-                n_layers=_need(raw, "n_layer"), d_model=d, n_heads=_need(raw, "n_head"),
-                d_ff=raw.get("n_inner") or 4 * d, ffn="gelu", norm="layernorm",
-                norm_eps=raw.get("layer_norm_epsilon", 1e-5), position="learned", bias=True,
-                tie_embeddings=raw.get("tie_word_embeddings", True), scaled_init=True,
-            )
-        elif kind in ("llama", "mistral", "qwen2", "qwen3", *HYBRID_TYPES):
-            hybrid = kind in HYBRID_TYPES  # the full-attention layers of a hybrid trunk
-            raw = text_config(raw) | {"tie_word_embeddings": raw.get("tie_word_embeddings", False)}
-            zero_centered = hybrid or bool(raw.get("zero_centered_norm", False))
-            cfg = ModelConfig(
-                vocab_size=_need(raw, "vocab_size"),
-                context_len=raw.get("max_position_embeddings", 4096),
-                n_layers=_need(raw, "num_hidden_layers"), d_model=_need(raw, "hidden_size"),
-                n_heads=_need(raw, "num_attention_heads"),
-                n_kv_heads=raw.get("num_key_value_heads"), head_dim=raw.get("head_dim"),
-                d_ff=_need(raw, "intermediate_size"), ffn="swiglu",
-                norm="rmsnorm_zero_centered" if zero_centered else "rmsnorm",
-                norm_eps=raw.get("rms_norm_eps", 1e-6), qk_norm=kind == "qwen3" or hybrid,
-                attn_gate=bool(raw.get("attn_output_gate", hybrid)),
-                rope_theta=float(raw.get("rope_theta", 10000.0)),
-                qkv_bias=kind == "qwen2" or bool(raw.get("attention_bias", False)),
-                tie_embeddings=bool(raw.get("tie_word_embeddings", False)), scaled_init=False,
-            )
-        else:
-            raise UserError(f"model_type {kind!r} is not supported; supported: gpt2, llama, "
-                            "mistral, qwen2, qwen3, qwen3_5 (hybrid)")
-        return validate_model(cfg)
-    except (TypeError, ValueError) as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise UserError(f"config.json has a value of the wrong type ({e})") from None
+def model_of(raw: dict[str, Any]) -> ModelConfig:
+    """The ModelConfig of a config.json, read by the one Hugging Face mapping
+    (depthlab/hf/mapping.py) for anatomy: every family it knows, including GPT-2, Mistral
+    and, for a hybrid, the model its full-attention layers would make if every layer
+    were one (`hybrid_anatomy` counts the real mix)."""
+    return model_config_from_hf(raw, ANATOMY)[0]
 
 
 @dataclass(frozen=True)
 class Anatomy:
+    """A model's parameters and shapes, computed once for the CLI, the page and the docs.
+
+    `to_json()` carries `stages`, the data flow in forward order, so the page draws it
+    without counting anything itself. Each stage is
+
+        {"key": "attention",            # see Stage.key; block stages repeat per layer
+         "shape": [5, 768],             # its output for T tokens (batch omitted)
+         "layers": 12,                  # blocks holding it; null outside the blocks
+         "params_per_layer": 2362368,   # one block's; null outside the blocks
+         "params": 28348416,            # all copies (layers x params_per_layer)
+         "tied": false,                 # lm_head only: reads the embedding matrix
+         "inner": [{"stage": "q_proj (query)", "shape": [5, 768]}, ...]}
+
+    in the order embedding, positions, then per block attn_norm, attention
+    (linear_attention beside it in a hybrid), attn_residual, ffn_norm, ffn,
+    ffn_residual (a norm sits after its sublayer for placement post/output; a residual
+    stage is absent with residual none, a norm stage with norm none), then final_norm,
+    lm_head, and a hybrid checkpoint's vision and mtp (shape [], off the text path:
+    the vision tower feeds image tokens in, the MTP layers predict a token further on).
+    `positions` holds the learned
+    table ([T, d]) or, for RoPE, no parameters and the angle table of a head
+    ([T, rotated head dims / 2]). QK-norm scales count in attention, a residual
+    variant's learned scalars (rezero) in *_residual. The `params` of all stages add up
+    to `total_params`.
+    """
+
     name: str
     source: str
     model: ModelConfig
     tokens: int
-    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # per token count T, batch omitted
+    stages: tuple[Stage, ...]
     params_by_component: dict[str, int]
     params_per_layer: dict[str, int]  # attention, ffn, norm, total (one block)
     total_params: int
@@ -115,9 +106,16 @@ class Anatomy:
     text_share_definition: str = ""
     layer_kinds: tuple[tuple[str, int], ...] = ()  # hybrids: (kind, layers)
 
+    @property
+    def shapes(self) -> tuple[tuple[str, Shape], ...]:
+        """The named tensors along the way (q_proj, scores, ffn hidden, writes, logits)."""
+        return tuple(pair for st in self.stages
+                     for pair in (*st.inner, *(((st.label, st.shape),) if st.label else ())))
+
     def to_json(self) -> dict:
         return {"kind": "anatomy", "name": self.name, "source": self.source,
                 "model": asdict(self.model), "tokens": self.tokens,
+                "stages": [st.to_json() for st in self.stages],
                 "shapes": [{"stage": s, "shape": list(sh)} for s, sh in self.shapes],
                 "params_by_component": dict(self.params_by_component),
                 "params_per_layer": dict(self.params_per_layer),
@@ -127,101 +125,31 @@ class Anatomy:
                 "init_std": self.init_std, "residual_init_std": self.residual_init_std,
                 "share_definition": self.share_definition, "text_ffn_share": self.text_ffn_share,
                 "text_share_definition": self.text_share_definition,
-                "layer_kinds": dict(self.layer_kinds), "stages": stages(self)}
-
-
-def stages(a: Anatomy) -> list[dict]:
-    """The data flow in forward order, for the page: per stage its key (embedding,
-    positions, attn_norm, attention, attn_residual, ffn_norm, ffn, ffn_residual,
-    final_norm, lm_head), output shape for T tokens, the shapes inside it, and the
-    parameters it holds, counted by name on a one-block copy of the model: per layer and
-    over the `layers` blocks inside the stack, once outside it. The final norm counts all
-    its weights (LayerNorm: weight and bias); a tied lm_head holds none of its own. A
-    hybrid is drawn as the model of its full-attention layers."""
-    from depthlab.model.summary import build_meta
-
-    m, T, d = a.model, a.tokens, a.model.d_model
-    parts = {"embed_tokens": "embedding", "pos_embed": "positions", "attn": "attention",
-             "mlp": "ffn", "mlp_residual": "ffn_residual", "mlp_norm": "ffn_norm"}
-    own: dict[str, int] = {}
-    for name, p in build_meta(replace(m, n_layers=1)).named_parameters():
-        part = name.split(".")[2 if name.startswith("blocks.") else 0]  # attn_norm_in -> attn_norm
-        part = part.removesuffix("_in").removesuffix("_out").removesuffix("_post")
-        key = parts.get(part, part)
-        own[key] = own.get(key, 0) + p.numel()
-    named = dict(a.shapes)
-    inner = {"attention": [(st, sh) for st, sh in a.shapes[1:6]],
-             "ffn": [("ffn hidden", named["ffn hidden"])]}
-
-    def stage(key, shape, layers=None):
-        n = own.get(key, 0)
-        return {"key": key, "shape": list(shape), "layers": layers,
-                "params_per_layer": n if layers else None, "params": n * (layers or 1),
-                "tied": key == "lm_head" and m.tie_embeddings,
-                "inner": [{"stage": st, "shape": list(sh)} for st, sh in inner.get(key, [])]}
-
-    out = [stage("embedding", (T, d)),
-           stage("positions", (T, d) if m.position == "learned" else (T, m.head_size // 2))]
-    for prefix, sub in (("attn", "attention"), ("ffn", "ffn")):
-        core = [stage(sub, (T, d), m.n_layers)]
-        norm = [stage(f"{prefix}_norm", (T, d), m.n_layers)] if m.norm != "none" else []
-        res = [stage(f"{prefix}_residual", (T, d), m.n_layers)] if m.residual != "none" else []
-        out += {"post": core + res + norm, "output": core + norm + res}.get(m.placement, norm + core + res)
-    if m.final_norm:
-        out.append(stage("final_norm", (T, d)))
-    return out + [stage("lm_head", (T, m.vocab_size))]
+                "layer_kinds": dict(self.layer_kinds)}
 
 
 @lru_cache(maxsize=128)
 def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "") -> Anatomy:
-    """Shapes at every stage for T tokens and parameters per component and per layer."""
-    if not isinstance(tokens, int) or not 1 <= tokens <= 4096:
-        raise UserError(f"tokens must be an integer between 1 and 4096, got {tokens!r}")
+    """Shapes at every stage for T tokens and parameters per stage, component and layer."""
+    _check_tokens(tokens)
     m = validate_model(model)
-    by_component, block = _param_counts(m)
-    T, d, H, K, E = tokens, m.d_model, m.n_heads, m.kv_heads, m.head_size
-    q_width = H * E * (2 if m.attn_gate else 1)
-    shapes = [
-        ("embedding", (T, d)),
-        ("q_proj (query" + (" | gate)" if m.attn_gate else ")"), (T, q_width)),
-        ("k_proj", (T, K * E)),
-        ("v_proj", (T, K * E)),
-        ("attention scores", (H, T, T)),
-        ("attention output (o_proj in)", (T, H * E)),
-        ("attention write", (T, d)),
-        ("ffn hidden", (T, m.ffn_hidden)),
-        ("ffn write", (T, d)),
-        ("logits", (T, m.vocab_size)),
-    ]
+    by_component, block, stage_params = param_counts(m)
+    d = m.d_model
     total = sum(by_component.values())
-    ffn = by_component.get("ffn", 0)
+    ffn_params = by_component.get("ffn", 0)
     return Anatomy(
-        name=name, source=source, model=m, tokens=T, shapes=tuple(shapes),
-        params_by_component=by_component, params_per_layer=block,
-        total_params=total, ffn_share=ffn / total, ffn_multiple=m.ffn_hidden / d,
-        q_proj_width=q_width, n_writes=m.n_writes, init_std=m.init_std,
+        name=name, source=source, model=m, tokens=tokens,
+        stages=dense_stages(m, tokens, stage_params), params_by_component=by_component,
+        params_per_layer=block, total_params=total, ffn_share=ffn_params / total,
+        ffn_multiple=m.ffn_hidden / d, q_proj_width=q_width(m), n_writes=m.n_writes,
+        init_std=m.init_std,
         residual_init_std=replace(m, scaled_init=True, init_gain=1.0).out_proj_std,
     )
 
 
-def _param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int]]:
-    """Parameters by component and of one block, from a one-block copy of the model on the
-    meta device (the blocks are identical, so L blocks are L copies of it: building a
-    95-layer model would take seconds). torch is imported here, not with the module, so
-    listing or validating configs does not wait for it."""
-    from depthlab.model.summary import build_meta, component_of
-
-    one = build_meta(replace(m, n_layers=1))
-    by_component: dict[str, int] = {}
-    block = {"attention": 0, "ffn": 0, "norm": 0}  # + "residual" where a variant learns scalars
-    for pname, p in one.named_parameters():
-        key = component_of(pname)
-        in_block = pname.startswith("blocks.")
-        by_component[key] = by_component.get(key, 0) + p.numel() * (m.n_layers if in_block else 1)
-        if in_block:
-            block[key] = block.get(key, 0) + p.numel()
-    block["total"] = sum(block.values())
-    return by_component, block
+def _check_tokens(tokens: Any) -> None:
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 4096:
+        raise UserError(f"tokens must be an integer between 1 and 4096, got {tokens!r}")
 
 
 def anatomy_of(name_or_path: str, tokens: int = 5) -> Anatomy:
@@ -230,42 +158,61 @@ def anatomy_of(name_or_path: str, tokens: int = 5) -> Anatomy:
     name, source = Path(name_or_path).stem, str(raw.get("_source", name_or_path))
     if raw.get("model_type") in HYBRID_TYPES:
         return hybrid_anatomy(raw, tokens, name, source)
-    return anatomy(model_config_from_hf(raw), tokens, name=name, source=source)
+    return anatomy(model_of(raw), tokens, name=name, source=source)
+
+
+def _rotated_dims(tc: dict[str, Any], head: int, default: float) -> int:
+    """Head dimensions RoPE turns: partial_rotary_factor (top level or in rope_parameters)."""
+    rope = tc.get("rope_parameters") if isinstance(tc.get("rope_parameters"), dict) else {}
+    factor = tc.get("partial_rotary_factor", rope.get("partial_rotary_factor", default))
+    return int(head * factor)
 
 
 def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> Anatomy:
     """A hybrid checkpoint: the shapes of its full-attention and linear-attention layers,
     and its parameters counted as it really is (depthlab/probes/hybrid.py): linear
-    attention, vision tower and MTP layers each a component of their own."""
-    m = model_config_from_hf(raw)
-    base = anatomy(m, tokens, name=name, source=source)
+    attention, vision tower and MTP layers each a component (and a stage) of their own."""
+    _check_tokens(tokens)
+    m = validate_model(model_of(raw))
     tc = text_config(raw)
     counts = hybrid_counts(raw)
     kinds = layer_types(tc)
+    n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
     share, text_share = ffn_shares(counts)
+    full, lin = full_attention(tc), linear_attention(tc)
     nv, dv = tc.get("linear_num_value_heads", 32), tc.get("linear_value_head_dim", 128)
     key_dim = tc.get("linear_num_key_heads", 16) * tc.get("linear_key_head_dim", 128)
-    T, d = base.tokens, m.d_model
-    shapes = base.shapes[:7] + (
-        ("linear attn in_proj_qkv (q | k | v)", (T, 2 * key_dim + nv * dv)),
-        ("linear attn gates z | b | a", (T, nv * dv + 2 * nv)),
-        ("linear attn write (out_proj)", (T, d)),
-    ) + base.shapes[7:]
-    per_layer = dict(base.params_per_layer)
-    per_layer["linear_attention"] = sum(
-        counts.get(k, 0) for k in ("linear_projections", "linear_gates", "linear_conv")
-    ) // max(1, kinds.count(LINEAR))
-    other = [k for k in ("vision", "mtp") if k in counts]
-    return replace(
-        base, shapes=shapes, params_by_component=counts, params_per_layer=per_layer,
-        total_params=sum(counts.values()), ffn_share=share,
+    T, d = tokens, m.d_model
+    per_stage = {"embedding": counts["embedding"], "attn_norm": d, "ffn_norm": d,
+                 "ffn": ffn(tc), "final_norm": d, "lm_head": counts.get("lm_head", 0)}
+    dense = dense_stages(m, T, per_stage, rotated=_rotated_dims(tc, m.head_size, 0.25))
+    at = next(i for i, st in enumerate(dense) if st.key == "attention")
+    attn_layer = full["attention"] + full["norm"]  # with its QK-norm scales
+    lin_layer = sum(lin.values())  # projections, gates, conv, gated norm
+    linear = Stage("linear_attention", (T, d), n_linear * lin_layer, n_linear, lin_layer,
+                   label="linear attn write (out_proj)",
+                   inner=(("linear attn in_proj_qkv (q | k | v)", (T, 2 * key_dim + nv * dv)),
+                          ("linear attn gates z | b | a", (T, nv * dv + 2 * nv))))
+    stages = (*dense[:at], replace(dense[at], layers=n_full, params_per_layer=attn_layer,
+                                   params=n_full * attn_layer), linear, *dense[at + 1:],
+              *(Stage(k, (), counts[k]) for k in TEXT_ONLY if k in counts))
+    per_layer = {"attention": full["attention"], "ffn": ffn(tc), "norm": 2 * d + full["norm"]}
+    per_layer["total"] = sum(per_layer.values())
+    per_layer["linear_attention"] = lin_layer - lin["norm"]
+    other = [k for k in TEXT_ONLY if k in counts]
+    return Anatomy(
+        name=name, source=source, model=m, tokens=T, stages=stages,
+        params_by_component=counts, params_per_layer=per_layer,
+        total_params=sum(counts.values()), ffn_share=share, ffn_multiple=m.ffn_hidden / d,
+        q_proj_width=q_width(m), n_writes=m.n_writes, init_std=m.init_std,
+        residual_init_std=replace(m, scaled_init=True, init_gain=1.0).out_proj_std,
         share_definition=f"FFN of the {len(kinds)} trunk layers / all checkpoint weights"
         + (f" (with {' and '.join(other)})" if other else ""),
         text_ffn_share=text_share if other else None,
         text_share_definition=(f"FFN of the {len(kinds)} trunk layers / the text model "
                                f"(embedding, trunk, final norm, LM head; no {' or '.join(other)})"
                                if other else ""),
-        layer_kinds=((FULL, kinds.count(FULL)), (LINEAR, kinds.count(LINEAR))))
+        layer_kinds=((FULL, n_full), (LINEAR, n_linear)))
 
 
 def anatomy_of_preset(preset: str, tokens: int = 5) -> Anatomy:
@@ -276,22 +223,18 @@ def anatomy_of_preset(preset: str, tokens: int = 5) -> Anatomy:
     return anatomy(cfg, tokens, name=preset, source=f"preset {preset!r}: {doc}")
 
 
-# The lesson's generations, each computed from a preset or a shipped config.
+# The lesson's generations, each computed from a preset or a shipped config; the first
+# field names the generation in depthlab/locales/<lang>/anatomy.json.
 EVOLUTION = (
-    ("2017 original", "preset", "vaswani2017", {"d_model": 512, "n_heads": 8, "n_layers": 6,
-                                                "vocab_size": 37000}),
-    ("2019 GPT-2", "config", "gpt2", {}),
-    ("2020-23 Llama style", "config", "llama-2-7b", {}),
-    ("2020-23 Llama style", "config", "deepseek-llm-67b", {}),
-    ("2025 Qwen3 dense", "config", "qwen3-14b", {}),
-    ("2025 Qwen3 dense", "config", "qwen3-32b", {}),
-    ("2025-26 anchor (lesson)", "config", "lesson-anchor", {}),
+    ("2017", "preset", "vaswani2017", {"d_model": 512, "n_heads": 8, "n_layers": 6,
+                                       "vocab_size": 37000}),
+    ("2019", "config", "gpt2", {}),
+    ("2020_23", "config", "llama-2-7b", {}),
+    ("2020_23", "config", "deepseek-llm-67b", {}),
+    ("2025", "config", "qwen3-14b", {}),
+    ("2025", "config", "qwen3-32b", {}),
+    ("2025_26", "config", "lesson-anchor", {}),
 )
-GENERATION_ZH = {
-    "2017 original": "2017 · 原版", "2019 GPT-2": "2019 · GPT-2",
-    "2020-23 Llama style": "2020–23 · Llama 式", "2025 Qwen3 dense": "2025 · Qwen3 稠密",
-    "2025-26 anchor (lesson)": "2025–26 · 本课锚点",
-}
 
 
 def evolution_table() -> list[dict[str, Any]]:
@@ -305,8 +248,9 @@ def evolution_table() -> list[dict[str, Any]]:
         else:
             a = anatomy_of(name)
         m = a.model
+        key = f"anatomy.generation.{generation}"
         rows.append({
-            "generation": generation, "generation_zh": GENERATION_ZH[generation],
+            "generation": text(key, "en"), "generation_zh": text(key, "zh"),
             "name": a.name, "source": a.source,
             "ffn": m.ffn, "d_model": m.d_model, "d_ff": m.ffn_hidden,
             "ffn_multiple": round(a.ffn_multiple, 3), "ffn_share": a.ffn_share,

@@ -4,8 +4,9 @@ attention (`layer_types`, or every `full_attention_interval`-th layer full), eac
 followed by a SwiGLU FFN; an untied vocabulary; a vision tower; multi-token-prediction
 (MTP) layers. depthlab's own model has no linear attention, so these counts are
 written out from the architecture, with the field names of transformers' Qwen3.5
-config classes; tests/test_anatomy.py checks every component against transformers'
-own model built on the meta device.
+config classes (the family's entry in depthlab/hf/mapping.py reads the rest);
+tests/test_anatomy.py checks every component against transformers' own model built
+on the meta device.
 """
 
 from __future__ import annotations
@@ -13,17 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from depthlab.errors import UserError
+from depthlab.hf.config_map import text_config
 
-HYBRID_TYPES = ("qwen3_5", "qwen3_5_text")
 FULL, LINEAR = "full_attention", "linear_attention"
-
-
-def text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """The language model's fields: `text_config` of a multimodal config, else the config."""
-    tc = raw.get("text_config", raw)
-    if not isinstance(tc, dict):
-        raise UserError("config.json: text_config must be an object")
-    return tc
 
 
 def _int(tc: dict[str, Any], key: str, default: int | None = None) -> int:
@@ -90,8 +83,8 @@ def vision_tower(vc: dict[str, Any]) -> int:
     merged = h * _int(vc, "spatial_merge_size", 2) ** 2
     patch = _int(vc, "in_channels", 3) * t * p * p * h + h
     block = 2 * 2 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h)
-    merger = 2 * h + (merged * merged + merged) + (merged * _int(vc, "out_hidden_size") +
-                                                   _int(vc, "out_hidden_size"))
+    out = _int(vc, "out_hidden_size", 3584)  # Qwen3_5VisionConfig's default
+    merger = 2 * h + (merged * merged + merged) + (merged * out + out)
     return patch + _int(vc, "num_position_embeddings", 2304) * h + \
         _int(vc, "depth", 27) * block + merger
 
@@ -113,7 +106,7 @@ def hybrid_counts(raw: dict[str, Any]) -> dict[str, int]:
     kinds = layer_types(tc)
     n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
     full, lin = full_attention(tc), linear_attention(tc)
-    tied = raw.get("tie_word_embeddings", tc.get("tie_word_embeddings", False))
+    tied = tc.get("tie_word_embeddings", False)  # text_config puts the top level's first
     counts = {
         "embedding": V * d,
         "attention": n_full * full["attention"],
@@ -125,8 +118,7 @@ def hybrid_counts(raw: dict[str, Any]) -> dict[str, int]:
         "lm_head": 0 if tied else V * d,
     }
     if isinstance(raw.get("vision_config"), dict):
-        counts["vision"] = vision_tower(raw["vision_config"] | {
-            "out_hidden_size": raw["vision_config"].get("out_hidden_size", d)})
+        counts["vision"] = vision_tower(raw["vision_config"])
     mtp = tc.get("mtp_num_hidden_layers", 0)
     if mtp:
         counts["mtp"] = _int(tc, "mtp_num_hidden_layers") * mtp_layer(tc)
