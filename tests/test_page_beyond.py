@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 from page_harness import BROWSER_MARKS, VISIBLE_TEXT, Watch, stray_latin
@@ -113,7 +114,7 @@ def _check_drawn(page, data: dict, rel: float = 1e-12) -> None:
     assert loss["ys"][0] == pytest.approx([data["arms"][f"L12-{a}"]["mean"] for a in ARMS_12], rel=rel)
     best = min(ARMS_12, key=lambda a: data["arms"][f"L12-{a}"]["mean"])
     assert page.get_attribute("#reading-bx-loss-12", "data-best") == best
-    assert "c-bx-loss-48" in charts
+    assert {"c-bx-loss-48", "c-bx-rms-48", "c-bx-grad0-48", "c-bx-grad1-48"} <= set(charts)
     rms = charts["c-bx-rms-12"]
     assert rms["ys"][0] == pytest.approx(data["arms"]["L12-plain"]["stream_rms_trained"], rel=rel)
     assert rms["xs"][0] == 0 and len(rms["xs"]) == 25
@@ -123,14 +124,14 @@ def _check_drawn(page, data: dict, rel: float = 1e-12) -> None:
     assert page.get_attribute("#reading-bx-grad0-12", "data-lo") == min(ratio, key=ratio.get)
     assert grad["xs"][0] == 1 and "c-bx-grad1-12" in charts
     # heatmaps: one 4 x 4 grid of cells per write, the reading's gain from the data
-    assert page.locator("#hm-hc rect").count() == 24 * 16
-    assert page.locator("#hm-mhc rect").count() == 24 * 16
-    assert float(page.get_attribute("#reading-bx-mix-hc", "data-gain")) == pytest.approx(
+    assert page.locator("#hm-L12-hc rect").count() == 24 * 16
+    assert page.locator("#hm-L12-mhc rect").count() == 24 * 16
+    assert float(page.get_attribute("#reading-bx-mix-L12-hc", "data-gain")) == pytest.approx(
         data["learned"]["L12-hc"]["composite_gain"], rel=rel)
     weights = data["learned"]["L12-attnres"]["depth_weights"]
-    assert page.locator("#hm-depth rect").count() == 24 * 24
+    assert page.locator("#hm-depth-L12-attnres rect").count() == 24 * 24
     last = weights[-1]["weights"]
-    assert int(page.get_attribute("#reading-bx-depth", "data-source")) == last.index(max(last))
+    assert int(page.get_attribute("#reading-bx-depth-L12-attnres", "data-source")) == last.index(max(last))
     # hover read-outs: a chart's tip and a heatmap cell's line
     page.locator("#c-bx-loss-12").scroll_into_view_if_needed()
     box = page.locator("#c-bx-loss-12 .u-over").bounding_box()
@@ -138,8 +139,8 @@ def _check_drawn(page, data: dict, rel: float = 1e-12) -> None:
     tip = page.locator("#c-bx-loss-12 .chart-tip")
     tip.wait_for(state="visible")
     assert page.evaluate("(a) => DL.t('bx.arm.' + a)", ARMS_12[0]) in tip.inner_text()
-    page.locator("#hm-mhc rect").first.hover()
-    assert page.inner_text("#hm-mhc-ro") != ""
+    page.locator("#hm-L12-mhc rect").first.hover()
+    assert page.inner_text("#hm-L12-mhc-ro") != ""
 
 
 def test_composite_gain_route_equals_python(live, browser):
@@ -221,3 +222,65 @@ def test_section_in_the_static_export(browser, runs, tmp_path_factory):
         assert page.evaluate("() => DL.charts.all()['c-composite'].xs.length") == 60
         assert watch.errors == [] and page.evaluate("() => DL.errors") == []
         page.close()
+
+
+@pytest.fixture(scope="module")
+def micro_frontier(tmp_path_factory):
+    """A REAL frontier.json: the residual-frontier experiment's micro budget (3 and 6
+    layers, a few steps) with the arms the section draws heatmaps for, about 20 s."""
+    import os
+    from dataclasses import replace
+
+    from depthlab.experiments import EXPERIMENTS, run_experiment
+    from depthlab.experiments import frontier as f
+
+    out = tmp_path_factory.mktemp("runs-micro-frontier")
+    only = ("plain", "hc", "mhc", "attnres")
+    before, cache = EXPERIMENTS[f.EXPERIMENT.name], os.environ.get("DEPTHLAB_CACHE")
+    os.environ["DEPTHLAB_CACHE"] = str(out / "cache")
+    EXPERIMENTS[f.EXPERIMENT.name] = replace(
+        f.EXPERIMENT, grid=lambda base, b, seeds: f.grid(base, b, seeds, only=only))
+    try:
+        corpus = str(Path(__file__).parent / "data" / "tiny_shakespeare.txt")
+        root = run_experiment(f.EXPERIMENT.name, budget="micro", out_dir=out / "runs", corpus=corpus,
+                              progress=False, echo=False)
+    finally:
+        EXPERIMENTS[f.EXPERIMENT.name] = before
+        if cache is None:
+            os.environ.pop("DEPTHLAB_CACHE", None)
+        else:
+            os.environ["DEPTHLAB_CACHE"] = cache
+    # the page is served on the experiment's two files alone: its trained runs would also
+    # be offered to the real-model section, which is not what this test is about
+    page_runs = out / "page" / root.name
+    page_runs.mkdir(parents=True)
+    for name in ("export.json", "frontier.json"):
+        (page_runs / name).write_bytes((root / name).read_bytes())
+    return page_runs.parent, json.loads((root / "frontier.json").read_text(encoding="utf-8"))
+
+
+def test_section_draws_a_real_micro_frontier(micro_frontier, browser):
+    from page_harness import serve
+
+    runs_dir, data = micro_frontier
+    url, stop = serve(runs_dir)
+    try:
+        page, watch = _open(browser, url + "#lang=en")
+        charts = page.evaluate("() => DL.charts.all()")
+        for depth in {a["depth"] for a in data["arms"].values()}:
+            for kind in ("loss", "rms", "grad0", "grad1"):
+                chart = charts[f"c-bx-{kind}-{depth}"]
+                assert chart["error"] is None and chart["draws"] > 0 and chart["label"]
+            plain = data["arms"][f"L{depth}-plain"]
+            assert charts[f"c-bx-loss-{depth}"]["ys"][0][0] == pytest.approx(plain["mean"], rel=1e-12)
+        for key, entry in data["learned"].items():
+            cells = sum(len(m["matrix"]) ** 2 for m in entry["mixing"])
+            assert page.locator(f"#hm-{key} rect").count() == cells
+            if entry["depth_weights"]:
+                k = max(len(r["weights"]) for r in entry["depth_weights"])
+                assert page.locator(f"#hm-depth-{key} rect").count() == len(entry["depth_weights"]) * k
+        assert any(e["mixing"] for e in data["learned"].values())
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+        page.close()
+    finally:
+        stop()

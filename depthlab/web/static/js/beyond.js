@@ -216,11 +216,11 @@
         const d = Math.abs(v - (i === j ? 1 : 0));
         if (d > far[0]) far = [d, w, i, j];
       })));
-      const reading = h("p", { class: "reading", id: "reading-bx-mix-" + arm }, DL.t("bx.read.mix", {
+      const reading = h("p", { class: "reading", id: "reading-bx-mix-" + key }, DL.t("bx.read.mix", {
         arm: name, writes: mixing.length, g: fmt(entry.composite_gain), off: fmt(off, 2), d: fmt(far[0], 3),
         w: mixing[far[1]].name, i: far[2], j: far[3] }));
       reading.dataset.gain = entry.composite_gain;
-      const [svg, out] = heatmap("hm-" + arm, mixing.map((e) => ({ rows: e.matrix, cols: e.matrix.length })),
+      const [svg, out] = heatmap("hm-" + key, mixing.map((e) => ({ rows: e.matrix, cols: e.matrix.length })),
         (w) => String(w + 1), (w, i, j, v) => DL.t("bx.hover.mix", { name: mixing[w].name, i, j, v: fmt(v, 4) }),
         DL.t("bx.mix.aria", { arm: name, writes: mixing.length }) + " " + reading.textContent);
       box.append(h("figure", { class: "pchart" }, h("figcaption", {}, DL.t("bx.mix.h", { arm: name, key })), reading, svg, out));
@@ -236,10 +236,10 @@
       const last = rows[rows.length - 1].weights;
       const at = last.indexOf(Math.max(...last));
       const uniform = 1 / last.length;
-      const reading = h("p", { class: "reading", id: "reading-bx-depth" }, DL.t("bx.read.depth", {
+      const reading = h("p", { class: "reading", id: "reading-bx-depth-" + key }, DL.t("bx.read.depth", {
         name: rows[rows.length - 1].name, k: last.length, src: at, w: fmt(last[at], 3), u: fmt(uniform, 3) }));
       reading.dataset.source = at;
-      const [svg, out] = heatmap("hm-depth", [{ rows: padded, cols: k }], () => DL.t("bx.depth.axes"),
+      const [svg, out] = heatmap("hm-depth-" + key, [{ rows: padded, cols: k }], () => DL.t("bx.depth.axes"),
         (m, i, j, v) => DL.t("bx.hover.depth", { name: rows[i].name, src: j, v: v == null ? "—" : fmt(v, 4) }),
         DL.t("bx.depth.aria", { n: rows.length }) + " " + reading.textContent);
       box.append(h("figure", { class: "pchart" }, h("figcaption", {}, DL.t("bx.depth.h", { key })), reading, svg, out));
@@ -252,13 +252,14 @@
     box.append(grid);
     const depths = depthsOf(f);
     depths.forEach((d) => finalsChart(grid, f, d));
-    const d = depths[0];
-    profileChart(grid, f, d, "stream_rms_trained", "c-bx-rms-" + d, "bx.ax.write", "bx.ax.rms",
-                 DL.t("bx.rms.h", { depth: d }), "bx.read.rms", 0);
-    profileChart(grid, f, d, "grad_per_block_init", "c-bx-grad0-" + d, "bx.ax.block", "bx.ax.grad",
-                 DL.t("bx.grad0.h", { depth: d }), "bx.read.grad", 1);
-    profileChart(grid, f, d, "grad_per_block_trained", "c-bx-grad1-" + d, "bx.ax.block", "bx.ax.grad",
-                 DL.t("bx.grad1.h", { depth: d }), "bx.read.grad", 1);
+    for (const d of depths) {
+      profileChart(grid, f, d, "stream_rms_trained", "c-bx-rms-" + d, "bx.ax.write", "bx.ax.rms",
+                   DL.t("bx.rms.h", { depth: d }), "bx.read.rms", 0);
+      profileChart(grid, f, d, "grad_per_block_init", "c-bx-grad0-" + d, "bx.ax.block", "bx.ax.grad",
+                   DL.t("bx.grad0.h", { depth: d }), "bx.read.grad", 1);
+      profileChart(grid, f, d, "grad_per_block_trained", "c-bx-grad1-" + d, "bx.ax.block", "bx.ax.grad",
+                   DL.t("bx.grad1.h", { depth: d }), "bx.read.grad", 1);
+    }
     mixingPart(box, f);
     depthPart(box, f);
   }
