@@ -94,3 +94,12 @@ def test_attnres_at_init_equals_plain(norm):
                                         norm=norm, ffn=True))
         assert c.rel_distance == pytest.approx(d.rel_distance, rel=1e-9)
         assert c.mean_cosine == pytest.approx(d.mean_cosine, rel=1e-9, abs=1e-12)
+
+
+def test_every_residual_has_a_page_label_in_both_languages():
+    from depthlab.locales import LANGS, table
+
+    for lang in LANGS:
+        labels = table(lang)
+        assert [r for r in RESIDUAL_CHOICES if f"sim.res.{r}" not in labels] == []
+        assert "sim.t.postnorm" in labels and "sim.note.frontier" in labels

@@ -133,8 +133,9 @@
       const v = finite(a[key]);
       return [a.arm, key.startsWith("grad") ? v[0] / v[v.length - 1] : v[v.length - 1]];
     }).filter(([, v]) => isFinite(v) && v > 0);
-    const lo = stat.reduce((b, c) => (c[1] < b[1] ? c : b), stat[0]);
-    const hi = stat.reduce((b, c) => (c[1] > b[1] ? c : b), stat[0]);
+    const none = ["—", null];
+    const lo = stat.reduce((b, c) => (c[1] < b[1] ? c : b), stat[0] || none);
+    const hi = stat.reduce((b, c) => (c[1] > b[1] ? c : b), stat[0] || none);
     const text = DL.t(readKey, { depth, lo: armName(lo[0]), a: fmt(lo[1]), hi: armName(hi[0]), b: fmt(hi[1]) });
     const reading = figure(box, id, caption, text, {
       xLabel: t(xLabel), yLabel: t(yLabel), yLog: true, height: 230, xInt: true,

@@ -56,8 +56,8 @@
     scaled: (f) => "x ← x + " + f("x") + " / √N",
     rezero: (f) => "x ← x + a·" + f("x") + ", a = 0",
     deepnorm: (f, post) => "x ← " + post("α·x + F(x)") + ", α = (2N)^¼, W·β",
-    hc: (f) => "H ← A_rᵀH + Bᵀ·" + f("A_mᵀH") + " (4 × x)",
-    mhc: (f) => "H ← combᵀH + post·" + f("preᵀH") + " (4 × x, combᵀ 1 = 1)",
+    hc: (f, post, n) => "H ← A_rᵀH + Bᵀ·" + f("A_mᵀH") + " (" + n + " × x)",
+    mhc: (f, post, n) => "H ← combᵀH + post·" + f("preᵀH") + " (" + n + " × x, combᵀ 1 = 1)",
     attnres: (f) => "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = " + f("x_l") + ", w = 0",
   };
   function formula(st) {
@@ -65,7 +65,8 @@
     const on = st.norm === "rmsnorm";
     const f = (h) => (on && !post ? "F(RMSNorm(" + h + "))" : "F(" + h + ")");
     const wrap = (e) => (on ? "RMSNorm(" + e + ")" : e);
-    return (WRITES[st.residual] || ((g) => "x ← " + st.residual + "(x, " + g("x") + ")"))(f, wrap);
+    const n = (spec && spec.streams && spec.streams[st.residual]) || "n"; // copies of the stream
+    return (WRITES[st.residual] || ((g) => "x ← " + st.residual + "(x, " + g("x") + ")"))(f, wrap, n);
   }
   let spec = null; // /api/meta's `simulator`
   const residualLabel = (name) => (DL.hasKey("sim.res." + name) ? DL.t("sim.res." + name) : name);
