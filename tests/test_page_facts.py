@@ -130,7 +130,7 @@ def test_page_shows_the_anatomy_stages_and_meta_lists(empty_page, browser, clien
     page.click(f'#flow-stages .stage[data-stage="final_norm:{i + 1}"]')
     page.wait_for_function("() => document.querySelector('#flow-stages .stage.on .stage-name')"
                            f".textContent === {table('zh')['flow.stage.final_norm']!r}")
-    assert page.inner_text("#flow-params") == f"{stages[i]['params']:,}"
+    assert page.inner_text("#flow-params") == f"{stages[i]['params']:,}" == "1,536"  # GPT-2 itself
     # the placements are /api/meta's; the formula's inputs are clamped to its bounds
     assert page.eval_on_selector_all("#b-placement option", "os => os.map(o => o.value)") == ["", *PLACEMENTS]
     page.wait_for_function("() => location.hash.includes('pn=64') && location.hash.includes('pa=-10')")

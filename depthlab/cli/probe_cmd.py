@@ -119,6 +119,18 @@ def _plot(draw, path: str, *results: object) -> None:
     print(f"depthlab: wrote the plot to {path}", file=sys.stderr)
 
 
+def _plot_or_json(args: argparse.Namespace, plotter: str, both) -> bool:
+    """--plot draws the naive and the switched stack (matplotlib loads only then); --json
+    prints the one JSON shape and ends the command (True)."""
+    if args.plot:
+        from depthlab.probes import plots
+
+        _plot(getattr(plots, plotter), args.plot, both.naive, both.improved)
+    if args.json:
+        print_json(both.to_json())
+    return bool(args.json)
+
+
 def _columns(req) -> list[tuple[str, str]]:
     """The compared stacks: naive, and the switched one when a switch is set."""
     stacks = [("naive", "the naive stack x <- F(x)")]
@@ -160,12 +172,7 @@ def gradflow(args: argparse.Namespace) -> int:
                                for name, what in stacks))])
         return 0
     both = compare(req, "gradient")
-    if args.plot:
-        from depthlab.probes.plots import plot_gradflow
-
-        _plot(plot_gradflow, args.plot, both.naive, both.improved)
-    if args.json:
-        print_json(both.to_json())
+    if _plot_or_json(args, "plot_gradflow", both):
         return 0
     results = [both.naive, both.improved][:len(stacks)]
     summary = [(name, f"{r.ratio:.2e}", f"{r.stream_rms[0]:.3f}", f"{r.stream_rms[-1]:.3g}")
@@ -196,12 +203,7 @@ def collapse(args: argparse.Namespace) -> int:
     req = _request(args, ffn=args.ffn)
     stacks = _columns(req)
     both = compare(req, "collapse")
-    if args.plot:
-        from depthlab.probes.plots import plot_collapse
-
-        _plot(plot_collapse, args.plot, both.naive, both.improved)
-    if args.json:
-        print_json(both.to_json())
+    if _plot_or_json(args, "plot_collapse", both):
         return 0
     results = [both.naive, both.improved][:len(stacks)]
     rows = [(i, *(cell for r in results

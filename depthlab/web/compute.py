@@ -111,10 +111,12 @@ def anatomy(req: AnatomyRequest) -> dict:
     from depthlab.probes import anatomy_of, anatomy_of_preset
 
     names = anatomy_names()
-    if req.config in names["presets"]:
-        return anatomy_of_preset(req.config, req.tokens).to_json()
+    # A shipped config is the real model: `gpt2` is GPT-2 itself (d 768, 12 layers), not
+    # the course-sized preset of the same name.
     if req.config in names["configs"]:
         return anatomy_of(req.config, req.tokens).to_json()
+    if req.config in names["presets"]:
+        return anatomy_of_preset(req.config, req.tokens).to_json()
     allowed = ", ".join(names["presets"] + names["configs"])
     raise UserError(f"config: unknown model {req.config!r}; choose one of: {allowed}")
 

@@ -110,7 +110,8 @@
 
     source.anatomyConfigs().then((names) => {
       const first = ["course", "lesson-anchor"];
-      // a config that shares a preset's name (gpt2) is reached as the preset: list each name once
+      // a config that shares a preset's name (gpt2) is the real model (the server answers the
+      // shipped config first): list each name once
       const all = [...new Set(first.concat(names.presets.filter((n) => n !== "tiny"), names.configs))];
       select.textContent = "";
       all.forEach((n) => select.append(h("option", { value: n }, n)));
