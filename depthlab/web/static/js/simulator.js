@@ -55,7 +55,7 @@
     plain: (f) => "x ← x + " + f("x"),
     scaled: (f) => "x ← x + " + f("x") + " / √N",
     rezero: (f) => "x ← x + a·" + f("x") + ", a = 0",
-    deepnorm: (f, post) => "x ← " + post("α·x + F(x)") + ", α = (2N)^¼, W·β",
+    deepnorm: (f, post) => "x ← " + post("α·x + F(x)") + ", α = (2L)^¼, L = ⌈N/2⌉, W·β",
     hc: (f, post, n) => "H ← A_rᵀH + Bᵀ·" + f("A_mᵀH") + " (" + n + " × x)",
     mhc: (f, post, n) => "H ← combᵀH + post·" + f("preᵀH") + " (" + n + " × x, combᵀ 1 = 1)",
     attnres: (f) => "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = " + f("x_l") + ", w = 0",
