@@ -30,12 +30,12 @@ The naive stack is residual=none, norm=none: x <- F(x).
 
 A residual that widens the stream (open: [.., T, D] -> [.., T, n, D], close: back; hc
 and mhc with SIM_STREAMS copies, attnres with its growing history of writes) works as
-its module does, and is measured as the model's probes measure it
-(depthlab.probes.real): stream RMS and collapse on close(stream), the read-out the final
-norm would see; the gradient norm at a wide stream is the root mean square over its
-copies (or history entries) of each one's norm, which is the norm itself for one stream
-and plain's norm for attnres at init (every entry of its history then carries plain's
-gradient).
+its module does. Stream RMS and collapse are measured on close(stream), the read-out
+the final norm would see, as the model's probes do (depthlab.probes.stream). The gradient
+norm at a wide stream is the root mean square over its copies (or history entries) of
+each one's norm (the model's probe takes the norm over all entries): the norm itself for
+one stream, and plain's norm for attnres at init, whose history grows by one entry per
+write and whose every entry then carries plain's gradient.
 
 Weights are drawn from one generator seeded by (seed, N), then multiplied by g, so the
 same request always gives the same numbers and a sweep over g is a smooth curve.
