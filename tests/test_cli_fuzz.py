@@ -469,7 +469,7 @@ BAD_PROBES = [
     ["gradflow", "--gain", "-1"], ["gradflow", "--gain", "nan"], ["gradflow", "--gain", "inf"],
     ["gradflow", "--gain", "1e308"], ["gradflow", "--plot", "/dev/null/x.png"],
     ["gradflow", "--plot", "chart.gif"], ["collapse", "--depth", "0"],
-    ["gradflow", "--residual", "deepnorm"], ["gradflow", "--residual", "True"],
+    ["gradflow", "--residual", "sideways"], ["gradflow", "--residual", "True"],
     ["gradflow", "--norm", "layernorm"], ["collapse", "--norm"], ["gradflow", "--scale-writes"],
     ["collapse", "--residual", "rezero", "--scale-writes"], ["gradflow", "--sweep", "--norm", "pre"],
     ["collapse", "--depth", "-3"], ["collapse", "--gain", "nan"],

@@ -181,3 +181,21 @@ def test_probe_run_bad_input_is_one_line(tiny_run, capsys, argv, needle):
     assert main(["probe", "run", str(tiny_run), *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("residual, streams", [("hc", 4), ("mhc", 4), ("attnres", 1)])
+def test_realmodel_probes_read_a_widened_stream_as_the_model_reads_it_out(residual, streams):
+    from depthlab.config import ModelConfig
+    from depthlab.probes.realmodel import realmodel_probes
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50, context_len=16, n_layers=2, d_model=16,
+                                    n_heads=2, residual=residual, streams=streams))
+    ids = [1, 2, 3, 4, 5]
+    out = realmodel_probes(model, ids)
+    assert len(out["stream"]["states"]) == 2 * 2 + 1
+    # the lens of the last state is the model's own next-token distribution
+    with torch.no_grad():
+        probs = model(torch.tensor([ids]))[0, -1].double().softmax(-1)
+    entropy = float(-(probs * probs.log()).sum())
+    assert out["lens"]["entropy"][-1] == pytest.approx(entropy, rel=1e-5)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from depthlab.errors import UserError
+from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
 
 SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head "has a sink" when the first token gets more
@@ -175,7 +176,8 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> d
     sites = _state_sites(L) + _write_sites(L) + patterns
     with torch.no_grad():
         logits, cache = model.run_with_cache(idx, names=sites)
-    states = torch.stack([cache[n][0] for n in _state_sites(L)]).float()
+    # a widened stream (hc/mhc copies, attnres history) is read as the model reads it out
+    states = torch.stack([stream_view(cache[n])[0] for n in _state_sites(L)]).float()
     writes = torch.stack([cache[n][0] for n in _write_sites(L)]).float()
     if target is None:
         target = int(logits[0, -1].argmax())
