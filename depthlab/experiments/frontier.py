@@ -51,11 +51,21 @@ class Arm:
 
 # The C8 pair trains in the setting where the norm-placement experiment shows plain Post-LN
 # failing: no warmup, plain 0.02 init (DeepNorm brings its own beta init), lr HIGH_LR (5e-3).
-# Measured here (48 layers, quick's batch, 100 steps, seed 0): at the course lr 3e-3 with the
-# 0.02/sqrt(2L) init plain Post-LN trains without warmup (2.44 nats at step 70), so that
-# setting shows nothing; in this one it ends at 3.307, on the unigram plateau (3.3045). So does
-# DeepNorm (the model's residual=deepnorm, trial before merge): 3.307 after 100 steps. The
-# C8 point does not show at quick's 100 steps in this setting; c8_sentence says so.
+# There both end on the unigram plateau (3.307 / 3.307, seed 0), so the C8 point does not show.
+# A scan for a setting that shows it (2026-12-01; 48 layers, quick's batch, evaluation and
+# probes, 100 steps, no warmup, scaled_init=false, one thread; final val loss, unigram 3.3045,
+# "trains" means below 3.264, baselines.left_plateau):
+#   lr 5e-4  DeepNorm  3.314 (s0)
+#   lr 1e-3  DeepNorm  3.308 (s0)
+#   lr 2e-3  DeepNorm  3.307 (s0), 3.200 (s1);  plain Post-LN 2.344 (s0), 2.350 (s1)
+#   lr 3e-3  plain Post-LN 3.307 (s0)
+#   lr 5e-3  DeepNorm  3.307 (s0);  plain Post-LN 3.307 (s0)  (the earlier trial)
+# (and with the 0.02/sqrt(2L) init at the course lr 3e-3 plain Post-LN trains: 2.44 at step 70).
+# It came out the other way: plain Post-LN trains at 2e-3 (both seeds) and stalls at 3e-3 and
+# 5e-3; DeepNorm stalls at every lr tried, its input dependence (probes) falling from 0.18 below
+# 1e-4 within 25 steps (only seed 1 at 2e-3 starts to leave the plateau), and with 10 warmup
+# steps at 1e-3 it stalls too (3.309). No setting scanned separates the pair in the lesson's
+# direction, so it stays at 5e-3, where both stall; c8_sentence says what came out.
 C8_SETTING = ("model.scaled_init=false", f"train.lr={HIGH_LR:g}")
 
 ARMS: tuple[Arm, ...] = (
