@@ -23,6 +23,7 @@ from depthlab.experiments.frontier_learned import (
     composite_gain,
     read_learned,
 )
+from depthlab.experiments.placement import HIGH_LR
 from depthlab.experiments.report import validate_export
 from depthlab.experiments.spec import RunResult, RunSpec, base_config
 from depthlab.hooks import HookedModule, HookPoint
@@ -75,7 +76,7 @@ def test_arms_differ_only_in_their_switches():
     cfg = {s.arm: s.cfg for s in specs if s.seed == 0}
     post, plain = cfg[f.arm_name(b.deepest, "post-ln")], cfg[f.arm_name(b.deep, "plain")]
     assert post.model.placement == "post" and post.train.warmup_steps == 0
-    assert post.train.lr == f.HIGH_LR and not post.model.scaled_init
+    assert post.train.lr == HIGH_LR and not post.model.scaled_init
     assert plain.train.warmup_steps == f.QUICK_STEPS // 10 and plain.model.placement == "pre"
     assert cfg[f.arm_name(b.deep, "scaled")].model.residual == "scaled"
 

@@ -74,10 +74,11 @@ def test_deepnorm_block_is_post_ln_of_the_upweighted_stream():
     torch.testing.assert_close(c[names[2]], expected, rtol=1e-12, atol=1e-12)
 
 
-def test_deepnorm_init_multiplies_v_o_and_ffn_by_beta():
-    """Same seed, same draws: deepnorm's v/o/FFN weights are beta times a plain Post-LN
-    model's (scaled_init off there: DeepNet's beta replaces the 1/sqrt(2L) rule); q, k
-    and the embedding are unchanged."""
+def test_deepnorm_init_is_xavier_normal_with_gain_beta_on_v_o_and_ffn():
+    """DeepNet's init: every linear starts Xavier-normal, std sqrt(2 / (fan_in + fan_out)),
+    and v/o/FFN take gain beta (q and k gain 1). Same seed, same draws: each weight is
+    (xavier std x gain / 0.02) times a plain Post-LN model's (scaled_init off there), and the
+    embedding is unchanged."""
     cfg = replace(POST, n_layers=6, d_model=32, n_heads=4)
     torch.manual_seed(3)
     deep = Transformer(replace(cfg, residual="deepnorm"))
@@ -85,12 +86,18 @@ def test_deepnorm_init_multiplies_v_o_and_ffn_by_beta():
     plain = Transformer(replace(cfg, scaled_init=False))
     beta = 48 ** -0.25
     deep_p, plain_p = dict(deep.named_parameters()), dict(plain.named_parameters())
+    modules = dict(plain.named_modules())
     scaled = ("v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     n_scaled = 0
     for name, p in plain_p.items():
-        factor = beta if name.removesuffix(".weight").endswith(scaled) else 1.0
-        n_scaled += factor != 1.0
-        torch.testing.assert_close(deep_p[name], factor * p, rtol=1e-6, atol=0)
+        module = modules[name.removesuffix(".weight")]
+        if not isinstance(module, torch.nn.Linear):
+            torch.testing.assert_close(deep_p[name], p, rtol=0, atol=0)
+            continue
+        gain = beta if name.removesuffix(".weight").endswith(scaled) else 1.0
+        n_scaled += gain != 1.0
+        xavier = math.sqrt(2 / (module.in_features + module.out_features))
+        torch.testing.assert_close(deep_p[name], gain * xavier / cfg.init_std * p, rtol=1e-6, atol=0)
     assert n_scaled == 5 * 6
     assert replace(cfg, residual="deepnorm").out_proj_std == cfg.init_std
 

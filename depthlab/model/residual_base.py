@@ -33,6 +33,11 @@ class Residual(nn.Module):
     def forward(self, stream: torch.Tensor, write: torch.Tensor) -> torch.Tensor:
         return stream + write
 
+    def init_base(self, linear: nn.Linear, std: float) -> float:
+        """The std a linear's init starts from (`init_weights` asks): the model's `std`, or
+        a design's own base init (deepnorm's Xavier-normal)."""
+        return std
+
     def init_scale(self, param_name: str) -> float:
         """Factor on the init std of the linear `param_name` (`init_weights` asks): 1, or
         a design's own init rule (deepnorm's beta)."""

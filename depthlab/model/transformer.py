@@ -215,7 +215,7 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
     resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, ValueResidual)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
-            base = out_std if name.endswith(OUTPUT_PROJECTIONS) else std
+            base = residual.init_base(module, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)
             nn.init.normal_(module.weight, 0.0, base * residual.init_scale(name))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
