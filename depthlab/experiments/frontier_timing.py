@@ -7,12 +7,11 @@ does for the norms. Thread CPU time is the figure; wall time beside it.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
 from depthlab.config import Config
+from depthlab.experiments.benchmark import interleave
 
 BENCH_VOCAB = 65  # the character vocabulary of the course corpus
 
@@ -33,33 +32,6 @@ def _step(cfg: Config) -> Callable[[], None]:
         F.cross_entropy(model(ids).flatten(0, 1), ids.flatten()).backward()
 
     return step
-
-
-def interleave(steps: dict[str, Callable[[], None]], rounds: int,
-               calls: int) -> dict[str, dict[str, float]]:
-    """{name: {median_ms, min_ms, thread_median_ms}} per call over `rounds` rounds of
-    `calls` calls each; every round runs every candidate, in an order that rotates."""
-    import torch
-
-    names = list(steps)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for step in steps.values():  # warm up
-            step()
-        wall: dict[str, list[float]] = {n: [] for n in names}
-        cpu: dict[str, list[float]] = {n: [] for n in names}
-        for r in range(rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                t0, c0 = time.perf_counter(), time.thread_time()
-                for _ in range(calls):
-                    steps[n]()
-                wall[n].append(1000 * (time.perf_counter() - t0) / calls)
-                cpu[n].append(1000 * (time.thread_time() - c0) / calls)
-    finally:
-        torch.set_num_threads(threads)
-    return {n: {"median_ms": statistics.median(wall[n]), "min_ms": min(wall[n]),
-                "thread_median_ms": statistics.median(cpu[n])} for n in names}
 
 
 def time_arms(configs: dict[str, Config], rounds: int, calls: int) -> dict:

@@ -1,16 +1,14 @@
 """Time per step of each norm as a benchmark, not from training runs: the three norms
 alone, and a one-block course model with each, forward + backward, interleaved in
-rounds in one process on one thread, so that load on the machine hits every candidate
-alike. Thread CPU time (time.thread_time) is reported beside wall time: on a busy
-machine it counts only the time this thread ran.
+rounds in one process on one thread (depthlab.experiments.benchmark.interleave).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
+
+from depthlab.experiments.benchmark import interleave
 
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_zero_centered")
 SHAPE = (16, 64, 128)  # batch x tokens x d_model of a course-model training step
@@ -54,31 +52,8 @@ def time_norms(rounds: int = 15, calls: int = 20,
     """{"norm" | "block": {kind: {median_ms, min_ms, thread_median_ms}}}: milliseconds per
     forward + backward call, over `rounds` rounds of `calls` calls each; in every round
     the candidates run one after another, in an order that rotates between rounds."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out = {}
-        for what, make in (("norm", _norm_step), ("block", _block_step)):
-            steps = {k: make(k, shape) for k in NORMS}
-            for step in steps.values():  # warm up
-                step()
-            wall: dict[str, list[float]] = {k: [] for k in NORMS}
-            cpu: dict[str, list[float]] = {k: [] for k in NORMS}
-            for r in range(rounds):
-                order = NORMS[r % len(NORMS):] + NORMS[:r % len(NORMS)]
-                for k in order:
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    for _ in range(calls):
-                        steps[k]()
-                    wall[k].append(1000 * (time.perf_counter() - t0) / calls)
-                    cpu[k].append(1000 * (time.thread_time() - c0) / calls)
-            out[what] = {k: {"median_ms": statistics.median(wall[k]), "min_ms": min(wall[k]),
-                             "thread_median_ms": statistics.median(cpu[k])} for k in NORMS}
-        return out
-    finally:
-        torch.set_num_threads(threads)
+    return {what: interleave({k: make(k, shape) for k in NORMS}, rounds, calls)
+            for what, make in (("norm", _norm_step), ("block", _block_step))}
 
 
 def timing_rows(timing: dict) -> list[list[str]]:
