@@ -112,7 +112,7 @@
       plain: plain ? fmt(plain[1], 4) : "—", ps: plain ? fmt(plain[2], 2) : "—",
       uni: fmt(base.unigram, 4), bi: fmt(base.bigram, 4) });
     const reading = figure(box, "c-bx-loss-" + depth, DL.t("bx.loss.h", { depth }), text, {
-      xLabel: t("bx.ax.arm"), yLabel: t("bx.ax.loss"), height: 240, xNames: (i) => (arms[i] ? armName(arms[i][1].arm) : ""),
+      xLabel: t("bx.ax.arm"), yLabel: t("bx.ax.loss"), height: 240, xNames: (i) => (arms[i] ? armName(arms[i][1].arm) : ""), xSlant: arms.length > 4,
       hover: (x, v, k, vs) => (k === 0
         ? DL.t("bx.hover.loss", { arm: armName(arms[x][1].arm), v: vs, lo: fmt(lo[x], 4), hi: fmt(hi[x], 4), s: fmt(arms[x][1].spread, 2) })
         : (typeof series[k].label === "function" ? series[k].label() : series[k].label) + " = " + vs),

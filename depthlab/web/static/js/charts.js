@@ -242,6 +242,8 @@
         if (spec.xNames) { // categories at x = 0, 1, ...: one named tick each
           xAxis.splits = (u, i, lo, hi) => raw.xs.filter((x) => x >= lo && x <= hi);
           xAxis.values = (u, vs) => { const l = vs.map(spec.xNames); ticks.x = vs.map((v, i) => [v, l[i]]); return l; };
+          // spec.xSlant (many names on a narrow chart): slanted, so that neighbours do not overlap
+          if (spec.xSlant) Object.assign(xAxis, { rotate: -40, size: 92 });
         }
         const yAxis = Object.assign(axis(), { size: 64 });
         if (spec.yLog) {
@@ -255,7 +257,7 @@
           width: width(), height, series, scales, legend: { show: false },
           cursor: { drag: { x: false, y: false, setScale: false }, points: { size: 8 } },
           axes: [xAxis, yAxis],
-          padding: [10, 14, 0, 0],
+          padding: [10, spec.xSlant ? 40 : 14, 0, 0], // a slanted last name runs right
           hooks: {
             setCursor: [(u) => {
               const i = u.cursor.idx;
