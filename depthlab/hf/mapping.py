@@ -121,7 +121,7 @@ def _llama_fields(kv_default: int | None, head_dim_default: int | None,
 ROPE_FIELD = "rope_theta"  # also read from rope_parameters / rope_scaling: see `rope_theta`
 
 _LLAMA_SWITCHES = (
-    Switch("residual", "plain", "Llama and Qwen add every write to the stream unscaled"),
+    Switch("residual", "plain", "Llama and Qwen add every write, unscaled, to one stream"),
     Switch("placement", "pre", "Llama and Qwen normalise before each sublayer"),
     Switch("norm", "rmsnorm", "Llama and Qwen use RMSNorm with scale w"),
     Switch("attn_gate", False, "Llama and Qwen have no attention output gate"),
