@@ -15,7 +15,7 @@
   const h = (...a) => DL.h(...a);
   const t = (k) => () => DL.t(k);
   const fmt = (v, d) => DL.fmt(v, d);
-  const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  const range = (a, b) => DL.range(a, b);
   const COMMAND = "depthlab experiment residual-frontier --budget quick";
 
   // The simulator settings the section points to (main.js routes a hash change to it).

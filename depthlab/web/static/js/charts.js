@@ -14,6 +14,8 @@
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
+  // a..b inclusive: the x values of per-layer and per-write charts
+  DL.range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
   DL.COLORS = { plain: "#c62828", improved: "#2e7d32", theory: "#555555", accent: "#1565c0" };
   const PALETTE = ["#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457"];
 

@@ -12,7 +12,7 @@
   const t = (k) => () => DL.t(k);
   const C = DL.COLORS;
   const GREY = "#9e9e9e";
-  const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  const range = (a, b) => DL.range(a, b);
 
   // x of a chart -> words for the hover read-out: a stream state, a write, a layer.
   // a state's label from the probe: "embed", then "3.attn" / "3.mlp" (block 3's two writes)

@@ -11,7 +11,7 @@
   DL.perf = { t0: null, samples: [] };
 
   const $ = (id) => document.getElementById(id);
-  const range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  const range = (a, b) => DL.range(a, b);
   const t = (k) => () => DL.t(k);
 
   // Hover read-outs: the value under the cursor and what it means.
