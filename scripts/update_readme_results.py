@@ -3,9 +3,11 @@
     depthlab experiment NAME --budget standard --out runs/standard   (each experiment)
     python scripts/update_readme_results.py runs/standard
 
-Copies one chart and the export.json of each experiment to docs/results/ and replaces the text between
-the results markers in README.md with each experiment's table and conclusions,
-so every number in that section comes from an export.json.
+Copies each experiment's export.json and its charts to docs/results/ and replaces the
+text between the results markers in README.md with each experiment's table and
+conclusions, so every number in that section comes from an export.json.
+`tests/test_readme_results.py` renders the section again from the copies in
+docs/results/ and checks that the README says exactly that.
 """
 
 from __future__ import annotations
@@ -19,31 +21,67 @@ from depthlab.experiments import EXPERIMENTS
 from depthlab.experiments.report import summary_markdown
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+EXPLAINING_CHARTS = {"collapse"}
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
 
 
-def section(runs: Path) -> str:
+def readme_charts(charts: list[dict]) -> list[dict]:
+    """The headline chart of an experiment, plus the one that shows why where there is
+    one (the collapse: gradients per block and the top write over steps)."""
+    return [charts[0]] + [c for c in charts[1:] if c["id"] in EXPLAINING_CHARTS]
+
+
+def experiment_text(name: str, export: dict) -> list[str]:
+    """One experiment's part of the section: its summary with the headings moved one
+    level down and its charts pointing into docs/results/."""
+    body = summary_markdown(export).splitlines()
+    body = ["#### " + line[3:] if line.startswith("## ") else line
+            for line in body if not line.startswith("![")]
+    body[0] = f"### {name}"
+    for chart in readme_charts(export["charts"]):
+        body.append(f"![{chart['title']['en']}](docs/results/{name}-{chart['id']}.png)")
+    return body + [""]
+
+
+def section(exports: dict[str, dict | None]) -> str:
+    """The whole section; an experiment without an export says how to make one."""
     out = [START, ""]
-    images = ROOT / "docs" / "results"
-    images.mkdir(parents=True, exist_ok=True)
+    for name, export in exports.items():
+        if export is None:
+            out += [f"### {name}", "", f"Not run at `standard` yet: `depthlab experiment {name} "
+                    "--budget standard --out runs/standard`.", ""]
+        else:
+            out += experiment_text(name, export)
+    out.append(END)
+    return "\n".join(out)
+
+
+def committed_exports() -> dict[str, dict | None]:
+    """The exports the README was written from, as copied into docs/results/; an
+    experiment whose copy is of another budget counts as not run at standard."""
+    out: dict[str, dict | None] = {}
+    for name in EXPERIMENTS:
+        path = RESULTS / f"{name}.export.json"
+        export = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        out[name] = export if export and export.get("budget") == "standard" else None
+    return out
+
+
+def copy_exports(runs: Path) -> None:
+    """Each standard export under RUNS and the charts the section shows, into docs/results/."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
     for name in EXPERIMENTS:
         path = runs / name / "export.json"
         if not path.exists():
-            out += [f"### {name}", "", f"Not exported yet: `depthlab experiment {name} "
-                    "--budget standard --out runs/standard`.", ""]
             continue
         export = json.loads(path.read_text(encoding="utf-8"))
-        chart = export["charts"][0]["id"]
-        shutil.copyfile(runs / name / f"{name}-{chart}.png", images / f"{name}-{chart}.png")
-        shutil.copyfile(path, images / f"{name}.export.json")  # the numbers behind the text
-        body = summary_markdown(export).splitlines()
-        body = ["#### " + line[3:] if line.startswith("## ") else line
-                for line in body if not line.startswith("![")]
-        body[0] = f"### {name}"
-        out += body + [f"![{export['charts'][0]['title']['en']}](docs/results/{name}-{chart}.png)",
-                       ""]
-    out.append(END)
-    return "\n".join(out)
+        if export.get("budget") != "standard":
+            continue
+        shutil.copyfile(path, RESULTS / f"{name}.export.json")
+        for chart in readme_charts(export["charts"]):
+            png = f"{name}-{chart['id']}.png"
+            shutil.copyfile(runs / name / png, RESULTS / png)
 
 
 def main() -> int:
@@ -53,10 +91,11 @@ def main() -> int:
     if START not in text or END not in text:
         print(f"README.md has no {START} ... {END} markers", file=sys.stderr)
         return 2
+    copy_exports(runs)
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + section(runs) + tail, encoding="utf-8")
-    print(f"README.md results section rewritten from {runs}")
+    readme.write_text(head + section(committed_exports()) + tail, encoding="utf-8")
+    print(f"README.md results section rewritten from {runs} (copies in docs/results/)")
     return 0
 
 

@@ -1,0 +1,45 @@
+"""The README's Results section is what scripts/update_readme_results.py writes from the
+exports committed in docs/results/: no number in it is typed by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(
+        "update_readme_results", ROOT / "scripts" / "update_readme_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_section_is_rendered_from_the_committed_exports():
+    script = load_script()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start, end = readme.index(script.START), readme.index(script.END) + len(script.END)
+    assert readme[start:end] == script.section(script.committed_exports())
+
+
+def test_every_chart_the_section_shows_is_committed():
+    script = load_script()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.findall(r"\]\((docs/results/[^)]+\.png)\)", readme)
+    assert shown, "the Results section shows no chart"
+    for path in shown:
+        assert (ROOT / path).is_file(), path
+
+
+def test_an_export_of_another_budget_is_not_shown_as_standard(tmp_path, monkeypatch):
+    script = load_script()
+    export = {"experiment": "residual", "question": {"en": "q", "zh": "q"}, "budget": "quick",
+              "charts": [], "table": {}, "conclusions": []}
+    (tmp_path / "residual.export.json").write_text(__import__("json").dumps(export))
+    monkeypatch.setattr(script, "RESULTS", tmp_path)
+    exports = script.committed_exports()
+    assert exports["residual"] is None
+    assert "Not run at `standard` yet: `depthlab experiment residual" in script.section(exports)
