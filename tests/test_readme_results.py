@@ -26,7 +26,6 @@ def test_results_section_is_rendered_from_the_committed_exports():
 
 
 def test_every_chart_the_section_shows_is_committed():
-    script = load_script()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     shown = re.findall(r"\]\((docs/results/[^)]+\.png)\)", readme)
     assert shown, "the Results section shows no chart"
