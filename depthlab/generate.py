@@ -2,8 +2,9 @@
 
 `generate` keeps a KV cache: the prompt is run once, then each new token is one
 forward pass of one token that attends to the cached keys and values of all
-earlier ones. `use_cache=False` recomputes the whole window for every token (the
-computation the lesson draws); both give the same tokens. A model sees at most
+earlier ones (through `depthlab.model.decode.DecodeStep` while no hook is attached).
+`use_cache=False` recomputes the whole window for every token (the computation the
+lesson draws); both give the same tokens. A model sees at most
 context_len tokens: once the sequence is longer, every step recomputes the last
 context_len tokens at positions 0..context_len-1, with or without the cache.
 """
@@ -76,7 +77,8 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     if use_cache:  # room for what this call can reach, not the whole context (32k for some)
         capacity = min(context, len(ids) + n_tokens)
         cache = KVCache(model.cfg, 1, capacity, next(model.parameters()).dtype, device)
-        step = None if unsupported(model, cache) else DecodeStep(model, cache)
+        if n_tokens > 1 and unsupported(model, cache) is None:  # else the readable forward
+            step = DecodeStep(model, cache)
     out: list[int] = []
     for _ in range(n_tokens):
         logits = _next_logits(model, seq, cache, step, device)
