@@ -150,6 +150,33 @@ def test_hooks_see_every_cached_step_and_change_no_token():
     assert seen == [(1, 4, 32)] + [(1, 1, 32)] * 11  # the prompt, then one token per step
 
 
+def test_a_hook_attached_part_way_through_sees_every_later_step(monkeypatch):
+    model = model_for("course", 6)
+    seen, handles = [], []
+    fast_step = DecodeStep.__call__
+
+    def step_then_attach(self, token):
+        logits = fast_step(self, token)
+        if self.cache.length == 8:  # 4 prompt tokens, then 4 fast steps
+            handles.append(model.blocks[0].hook_resid_post.register_forward_hook(
+                lambda module, args, out: seen.append(tuple(out.shape))))
+        return logits
+
+    monkeypatch.setattr(DecodeStep, "__call__", step_then_attach)
+    try:
+        cached = generate(model, [1, 2, 3, 4], 12, greedy=True)
+    finally:
+        handles[0].remove()
+    assert seen == [(1, 1, 32)] * 7  # the steps at positions 8..14, on the readable path
+    assert cached == generate(model, [1, 2, 3, 4], 12, greedy=True, use_cache=False)
+
+
+def test_sampling_on_the_fast_path_repeats_under_a_seed():
+    model = model_for("qwen3", 10)
+    runs = [generate(model, [4, 5], 40, temperature=1.2, seed=s) for s in (7, 7, 8)]
+    assert runs[0] == runs[1] != runs[2]
+
+
 def test_a_hook_that_replaces_a_value_changes_the_cached_generation():
     model = model_for("course", 7)
     prompt = [5, 6, 7]
