@@ -6,7 +6,7 @@ Also checks that both produced the same tokens. Target: cached >= 5x at 200 toke
 on every row and every pair of runs: the speed-up column is the median of the pairs'
 ratios, min and max show their spread.
 
-A cached one-token step goes through depthlab.model.decode: about 40 PyTorch calls per
+A cached one-token step goes through depthlab.model.decode: about 36 PyTorch calls per
 layer, none of them an nn.Module call, and one read of every weight, stored the way
 MKL's single-row matmul streams fastest. So at d 128 the step is bound by its calls,
 from d 256 on by reading the weights from memory; the uncached step is a forward pass
