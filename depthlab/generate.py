@@ -2,8 +2,9 @@
 
 `generate` keeps a KV cache: the prompt is run once, then each new token is one
 forward pass of one token that attends to the cached keys and values of all
-earlier ones. `use_cache=False` recomputes the whole window for every token (the
-computation the lesson draws); both give the same tokens. A model sees at most
+earlier ones (through `depthlab.model.decode.DecodeStep` while no hook is attached).
+`use_cache=False` recomputes the whole window for every token (the computation the
+lesson draws); both give the same tokens. A model sees at most
 context_len tokens: once the sequence is longer, every step recomputes the last
 context_len tokens at positions 0..context_len-1, with or without the cache.
 """
@@ -16,16 +17,21 @@ import torch
 
 from depthlab.errors import UserError
 from depthlab.model.attention import KVCache
+from depthlab.model.decode import DecodeStep, unsupported
 
 
 def _next_logits(model: torch.nn.Module, seq: list[int], cache: KVCache | None,
-                 device: torch.device) -> torch.Tensor:
-    """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks."""
+                 step: DecodeStep | None, device: torch.device) -> torch.Tensor:
+    """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks:
+    one new token through `step` while no hook is attached, else the model's forward."""
     if cache is not None and len(seq) <= model.cfg.context_len:
+        if step is not None and len(seq) == cache.length + 1 and not step.hooks_attached():
+            return step(seq[-1]).float()
         new = torch.tensor([seq[cache.length:]], dtype=torch.long, device=device)
-        return model(new, cache=cache)[0, -1].float()
+        return model(new, cache=cache, logits_to_keep=1)[0, -1].float()
     window = seq[-model.cfg.context_len:]
     return model(torch.tensor([window], dtype=torch.long, device=device))[0, -1].float()
+
 
 # Bounds on one request. Without a KV cache every new token is a full forward pass over
 # the context, so 10,000 tokens is already minutes for the course model; the prompt
@@ -67,13 +73,15 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     model.eval()
     context = model.cfg.context_len
     seq = list(ids)
-    cache = None
+    cache = step = None
     if use_cache:  # room for what this call can reach, not the whole context (32k for some)
         capacity = min(context, len(ids) + n_tokens)
         cache = KVCache(model.cfg, 1, capacity, next(model.parameters()).dtype, device)
+        if n_tokens > 1 and unsupported(model, cache) is None:  # else the readable forward
+            step = DecodeStep(model, cache)
     out: list[int] = []
     for _ in range(n_tokens):
-        logits = _next_logits(model, seq, cache, device)
+        logits = _next_logits(model, seq, cache, step, device)
         if greedy:
             nxt = int(logits.argmax())
         else:

@@ -176,13 +176,15 @@ class Transformer(HookedModule):
 
     def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> torch.Tensor:
+                cache: KVCache | None = None, logits_to_keep: int = 0) -> torch.Tensor:
         """Logits [B, T, V] for token ids [B, T], or for a residual stream given as `embeds`.
 
         positions: each token's position, [T] or [B, T] (any offset, per row); default
           0..T-1, or after the cached tokens when `cache` is given.
         cache: a KVCache holding the earlier tokens' keys and values; this call's are
           appended, so the next call continues the sequence.
+        logits_to_keep: when > 0, only the last that many positions go through the final
+          norm and the LM head (a prompt needs the logits of its last token only).
         """
         start = 0 if cache is None else cache.length
         x = self.embed(idx, start, positions) if embeds is None else embeds
@@ -194,7 +196,8 @@ class Transformer(HookedModule):
             x, v_first = block(x, rope, None if cache is None else cache.layer(i), v_first)
         if cache is not None:
             cache.length += n_tokens
-        return self.unembed(self.blocks[-1].mlp_residual.close(x))
+        x = self.blocks[-1].mlp_residual.close(x)
+        return self.unembed(x[:, -logits_to_keep:] if logits_to_keep else x)
 
 
 OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the residual stream

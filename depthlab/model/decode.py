@@ -1,0 +1,300 @@
+"""One generated token through the model in as few PyTorch calls as its arithmetic needs.
+
+A cached decode step is bound by the number of PyTorch calls at d 128 (a one-token
+matmul costs about what an addition does: a few microseconds of dispatch) and by reading
+every weight once from memory at d 256 and up, not by its FLOPs. `DecodeStep` computes
+what `Transformer` computes for one new token after a KVCache, from the same weights,
+in about as many ATen calls as the readable forward (~36 per layer) but cheap ones and
+no nn.Module call: there `F.rms_norm` of one row is ten kernels on CPU, `F.linear` a
+transpose and a matmul, reshapes and transposes move heads around, and every module
+call adds its own overhead. What changes, every change exact up to float rounding:
+
+- q, k, v (and the output gate) are one matmul against their weights stacked, SwiGLU's
+  gate and up another, copied once per `generate` call; each weight is stored the way
+  MKL's one-row matmul reads fastest from memory (`_in_out`);
+- RoPE's `rotate_half` is a signed permutation of each head's channels, so it is one
+  matmul of the q and k rows together against that permutation (exact: one +-1 per
+  column), then one multiply and one multiply-add with the position's cos, sin row;
+- grouped-query attention is one SDPA call in which the G query heads sharing a K/V head
+  are G queries of that head: no repeat of the cache;
+- RMSNorm is its formula in six small calls; `F.layer_norm` is one kernel and is kept;
+- the new keys and values are written into the cache in place (`index_copy_`) and read
+  back as views; positions and cos, sin rows are slices of tables made once.
+
+On the loaded 2-core machine of the README's figures a step of the course model fell
+from about 1.2 ms to 0.5 ms, of the d 256 x 8-layer one from 6 ms to 3 ms (of which
+1.5 ms is reading the weights: the matmuls alone, in a loop, take that long).
+
+The readable `Block` / `Attention` forward stays the reference and the one that runs
+whenever a hook is attached (it is what probes see); `generate` checks that before
+every step. tests/test_decode.py checks the two agree for every switch of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from depthlab.hooks import _global_hooks_set
+from depthlab.model.attention import Attention, KVCache, rotate_half
+from depthlab.model.ffn import MLP, SwiGLU
+from depthlab.model.norms import DyT, LayerNorm, RMSNorm, ZeroCenteredRMSNorm
+from depthlab.model.residual_base import Residual
+from depthlab.model.transformer import Block, Transformer
+
+Norm = Callable[[torch.Tensor], torch.Tensor]
+
+# A DecodeStep holds a copy of the stacked and the wide matrices of the model (at most
+# all of them) while a `generate` call runs; where all of them would take more than
+# this, the readable path runs instead, so a large model never needs twice its memory.
+WEIGHT_COPY_LIMIT = 1 << 30  # bytes
+
+
+def _rms_norm(weight: torch.Tensor, eps: float) -> Norm:
+    """x * rsqrt(mean(x^2) + eps) * weight on rows, in six elementwise calls: (x * x).sum
+    with the 1/D folded into the add of eps (mean and a Python-scalar add are each
+    slower calls; on a [1, 128] row this takes 7.2 us where F.rms_norm takes 9.7)."""
+    eps_t = torch.tensor(eps, dtype=weight.dtype, device=weight.device)
+    inv_dim = 1.0 / weight.shape[-1]
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        ms_eps = torch.add(eps_t, (x * x).sum(-1, keepdim=True), alpha=inv_dim)
+        return x * ms_eps.rsqrt_() * weight
+
+    return norm
+
+
+def _norm(module: nn.Module | None, scale: float = 1.0) -> Norm | None:
+    """The norm of one slot as a function of a [rows, D] tensor (times `scale`:
+    LayerNorm Scaling's 1/sqrt(l) on the input norms)."""
+    if module is None:
+        return None
+    if type(module) in (RMSNorm, ZeroCenteredRMSNorm):
+        fn = _rms_norm(module.scale().detach(), module.eps)
+    elif type(module) is LayerNorm:
+        shape, weight, bias, eps = module.weight.shape, module.weight, module.bias, module.eps
+
+        def fn(x: torch.Tensor) -> torch.Tensor:
+            return F.layer_norm(x, shape, weight, bias, eps)
+    else:  # DyT: its formula is already a few elementwise calls
+        fn = module.reference
+    if scale == 1.0:
+        return fn
+    return lambda x: fn(x) * scale
+
+
+def _linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x @ weight_t (+ bias) for x [1, in] and weight_t [in, out], one call either way."""
+    return torch.mm(x, weight_t) if bias is None else torch.addmm(bias, x, weight_t)
+
+
+def _in_out(weight: torch.Tensor) -> torch.Tensor:
+    """nn.Linear's [out, in] weight as the right factor W of x @ W for one token x [1, in].
+    A decode step reads every weight once, out of cache, and MKL's single-row matmul
+    streams a wide matrix (out > in) 2-3x faster stored [in, out] (d 256: gate/up 22 vs
+    10 GB/s, LM head 25 vs 8.5), while a tall one (down_proj) is faster as the [out, in]
+    weight itself: so only wide weights are copied, the rest are transposed views."""
+    return weight.t().contiguous() if weight.shape[0] > weight.shape[1] else weight.t()
+
+
+def _stack(weights: list[torch.Tensor], biases: list[torch.Tensor | None],
+           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Linears' weights side by side as one [in, sum of out] matrix, and their biases."""
+    weight = _in_out(torch.cat(weights))
+    return weight, None if biases[0] is None else torch.cat(biases)
+
+
+def _query_and_gate(t: torch.Tensor, n_heads: int, head_size: int) -> list[torch.Tensor]:
+    """q_proj's rows [query (E) | gate (E)] per head -> [all query rows, all gate rows]."""
+    return [part.flatten(0, 1) for part in t.unflatten(0, (n_heads, 2 * head_size)).chunk(2, 1)]
+
+
+class _Attention:
+    """Attention of one new token against one layer's slice of the cache."""
+
+    def __init__(self, attn: Attention, cache: KVCache, layer: int) -> None:
+        H, K, E = attn.n_heads, attn.n_kv_heads, attn.head_size
+        self.H, self.K, self.E, self.G = H, K, E, H // K
+        q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+        weights, biases = [q.weight, k.weight, v.weight], [q.bias, k.bias, v.bias]
+        self.gated = attn.gated
+        if attn.gated:  # Qwen3-Next keeps [query | gate] per head: the gate rows go last
+            wq, wg = _query_and_gate(q.weight, H, E)
+            weights = [wq, k.weight, v.weight, wg]
+            if q.bias is not None:
+                bq, bg = _query_and_gate(q.bias, H, E)
+                biases = [bq, k.bias, v.bias, bg]
+        self.w_qkv, self.b_qkv = _stack(weights, biases)
+        self.widths = [(H + K) * E, K * E] + ([H * E] if attn.gated else [])
+        self.w_o, self.b_o = _in_out(attn.o_proj.weight), attn.o_proj.bias
+        self.qk_norm = None
+        if attn.q_norm is not None:  # one RMSNorm over q's and k's head rows together
+            scale = torch.cat([attn.q_norm.scale().expand(H, E), attn.k_norm.scale().expand(K, E)])
+            self.qk_norm = _rms_norm(scale.detach(), attn.q_norm.eps)
+        self.rotate = rotate_half(torch.eye(E, dtype=self.w_qkv.dtype, device=self.w_qkv.device))
+        self.use_rope = attn.use_rope
+        self.hands_on_v = attn.hands_on_v
+        self.v_mix = None if attn.value_residual is None else tuple(attn.value_residual.lambdas)
+        self.k_cache, self.v_cache = cache.k[layer], cache.v[layer]
+
+    def __call__(self, h: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor] | None,
+                 slot: torch.Tensor, end: int, v_first: torch.Tensor | None,
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        H, K, E, G = self.H, self.K, self.E, self.G
+        qk, v, *gate = _linear(h, self.w_qkv, self.b_qkv).split_with_sizes(self.widths, dim=1)
+        qk = qk.view(H + K, E)  # q's heads, then k's: one row each
+        if self.qk_norm is not None:
+            qk = self.qk_norm(qk)
+        if self.use_rope:
+            cos, sin = cos_sin
+            qk = torch.addcmul(qk * cos, qk @ self.rotate, sin)  # x cos + rotate_half(x) sin
+        if self.v_mix is not None:
+            v = self.v_mix[0] * v + self.v_mix[1] * v_first
+        if self.hands_on_v:
+            v_first = v
+        q, k = qk.split_with_sizes([H, K])
+        self.k_cache.index_copy_(2, slot, k.view(1, K, 1, E))
+        self.v_cache.index_copy_(2, slot, v.view(1, K, 1, E))
+        out = F.scaled_dot_product_attention(  # the G query heads of a K/V head as G queries
+            q.view(1, K, G, E), self.k_cache.narrow(2, 0, end), self.v_cache.narrow(2, 0, end))
+        out = out.view(1, H * E)
+        if self.gated:
+            out = out * torch.sigmoid(gate[0])
+        return _linear(out, self.w_o, self.b_o), v_first
+
+
+class _FFN:
+    def __init__(self, ffn: nn.Module) -> None:
+        self.swiglu = type(ffn) is SwiGLU
+        if self.swiglu:
+            self.w_in, self.b_in = _stack([ffn.gate_proj.weight, ffn.up_proj.weight],
+                                          [ffn.gate_proj.bias, ffn.up_proj.bias])
+            self.clamp = ffn.clamp
+        else:
+            self.w_in, self.b_in = _in_out(ffn.up_proj.weight), ffn.up_proj.bias
+            self.act = F.relu if ffn.kind == "relu" else lambda h: F.gelu(h, approximate="tanh")
+        self.w_out, self.b_out = _in_out(ffn.down_proj.weight), ffn.down_proj.bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        h = _linear(x, self.w_in, self.b_in)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=1)
+            if self.clamp is not None:
+                gate, up = gate.clamp(max=self.clamp), up.clamp(-self.clamp, self.clamp)
+            h = F.silu(gate) * up
+        else:
+            h = self.act(h)
+        return _linear(h, self.w_out, self.b_out)
+
+
+class _Block:
+    """Block.forward for one token, slot by slot (see NORM_SLOTS)."""
+
+    def __init__(self, block: Block, cache: KVCache, layer: int) -> None:
+        s = block.in_norm_scale
+        self.attn_in, self.attn_out, self.attn_post = (
+            _norm(block.attn_norm_in, s), _norm(block.attn_norm_out), _norm(block.attn_norm_post))
+        self.mlp_in, self.mlp_out, self.mlp_post = (
+            _norm(block.mlp_norm_in, s), _norm(block.mlp_norm_out), _norm(block.mlp_norm_post))
+        self.attn = _Attention(block.attn, cache, layer)
+        self.mlp = _FFN(block.mlp)
+        self.attn_residual, self.mlp_residual = block.attn_residual, block.mlp_residual
+
+    def __call__(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor] | None,
+                 slot: torch.Tensor, end: int, v_first: torch.Tensor | None,
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.attn_in(x) if self.attn_in else x
+        h, v_first = self.attn(h, cos_sin, slot, end, v_first)
+        h = self.attn_out(h) if self.attn_out else h
+        x = self.attn_residual.forward(x, self.attn_residual.scale(h))
+        x = self.attn_post(x) if self.attn_post else x
+
+        h = self.mlp_in(x) if self.mlp_in else x
+        h = self.mlp(h)
+        h = self.mlp_out(h) if self.mlp_out else h
+        x = self.mlp_residual.forward(x, self.mlp_residual.scale(h))
+        x = self.mlp_post(x) if self.mlp_post else x
+        return x, v_first
+
+
+def unsupported(model: nn.Module, cache: KVCache) -> str | None:
+    """Why `DecodeStep` cannot run this model with this cache, or None when it can."""
+    if type(model) is not Transformer:
+        return f"{type(model).__name__} is not depthlab's Transformer"
+    dtype = model.embed_tokens.weight.dtype
+    if dtype not in (torch.float32, torch.float64):
+        return f"{dtype} weights (the norms keep float32 statistics on the readable path)"
+    if cache.k.shape[1] != 1:
+        return "a cache of more than one sequence"
+    norms = (type(None), LayerNorm, RMSNorm, ZeroCenteredRMSNorm, DyT)
+    for block in model.blocks:
+        attn = block.attn
+        if type(block) is not Block or type(attn) is not Attention:
+            return "a block or attention module of another type"
+        if type(block.mlp) not in (MLP, SwiGLU):
+            return f"an FFN of type {type(block.mlp).__name__}"
+        slots = (block.attn_norm_in, block.attn_norm_out, block.attn_norm_post,
+                 block.mlp_norm_in, block.mlp_norm_out, block.mlp_norm_post)
+        if any(type(n) not in norms for n in slots):
+            return "a norm of another type"
+        qk_norms = {(type(n), n.eps) for n in (attn.q_norm, attn.k_norm) if n is not None}
+        if qk_norms and (len(qk_norms) > 1
+                         or next(iter(qk_norms))[0] not in (RMSNorm, ZeroCenteredRMSNorm)):
+            return "a QK-norm other than RMSNorm"  # the two are one norm over q's and k's rows
+        for residual in (block.attn_residual, block.mlp_residual):
+            if any(getattr(type(residual), f) is not getattr(Residual, f)
+                   for f in ("open", "read", "close")):
+                return f"the widened residual {type(residual).__name__}"
+    matrices = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    if model.lm_head is None:
+        matrices.append(model.embed_tokens.weight)  # the tied LM head
+    copied = sum(w.numel() * w.element_size() for w in matrices)
+    if copied > WEIGHT_COPY_LIMIT:
+        return f"a copy of its weights would take {copied / 2**20:,.0f} MiB"
+    return None
+
+
+class DecodeStep:
+    """Logits for one new token after the tokens already in `cache`, which it extends.
+
+    Built once per `generate` call (it holds its own copy of the weights); valid while the
+    model's weights do not change. Call `unsupported(model, cache)` first, and the step
+    under torch.inference_mode() as `generate` does.
+    """
+
+    @torch.no_grad()
+    def __init__(self, model: Transformer, cache: KVCache) -> None:
+        self.cache = cache
+        self.blocks = [_Block(b, cache, i) for i, b in enumerate(model.blocks)]
+        self.embed = model.embed_tokens.weight
+        self.pos_embed = None if model.pos_embed is None else model.pos_embed.weight
+        self.rope = model.rope(cache.capacity, self.embed)  # cos, sin [capacity, E]
+        self.final_norm = _norm(model.final_norm)
+        self.head = _in_out((model.embed_tokens if model.lm_head is None else model.lm_head).weight)
+        self.slots = torch.arange(cache.capacity, device=self.embed.device)
+        self._hook_tables = [table for m in model.modules()
+                             for table in (m._forward_hooks, m._forward_pre_hooks)]
+
+    def hooks_attached(self) -> bool:
+        """True while any module of the model, or every module, has a forward hook:
+        then the readable path must run so the hook sees its values."""
+        return any(self._hook_tables) or _global_hooks_set()
+
+    def __call__(self, token: int) -> torch.Tensor:
+        """Logits [V] for `token` at position cache.length."""
+        pos = self.cache.length
+        if pos >= self.cache.capacity:
+            raise ValueError(f"KV cache holds {self.cache.capacity} tokens; {pos + 1} needed")
+        x = self.embed[token:token + 1]
+        if self.pos_embed is not None:
+            x = x + self.pos_embed[pos:pos + 1]
+        cos_sin = None if self.rope is None else (self.rope[0][pos], self.rope[1][pos])
+        slot, v_first = self.slots[pos:pos + 1], None
+        for block in self.blocks:
+            x, v_first = block(x, cos_sin, slot, pos + 1, v_first)
+        self.cache.length = pos + 1
+        x = self.final_norm(x) if self.final_norm else x
+        return torch.mm(x, self.head)[0]

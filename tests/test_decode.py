@@ -1,0 +1,224 @@
+"""DecodeStep, generate's one-token fast path, computes what the readable forward computes:
+the same logits and the same cache contents for every switch of the model; it steps
+aside for hooks, for the residuals and norms it does not handle, and for large models."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.nn.modules import module as nn_module
+
+import depthlab.model.decode as decode
+from depthlab.generate import generate
+from depthlab.model import Transformer
+from depthlab.model.attention import KVCache
+from depthlab.model.decode import DecodeStep, unsupported
+from depthlab.presets import get_preset
+
+SIZES = {"vocab_size": 97, "context_len": 40, "d_model": 32, "n_heads": 4, "init_std": 0.3}
+
+# One switch at a time away from the course model, then the presets: every norm and
+# placement, every single-stream residual, every FFN, GQA, QK-norm (both RMSNorms), the
+# output gate, the value residual, learned positions, biases, untied heads, LayerNorm Scaling.
+SWITCHES = [
+    {}, {"norm": "layernorm"}, {"norm": "rmsnorm_zero_centered"}, {"norm": "dyt"},
+    {"norm": "none", "final_norm": False}, {"placement": "post"}, {"placement": "sandwich"},
+    {"placement": "output"}, {"residual": "none"}, {"residual": "scaled"},
+    {"residual": "rezero"}, {"residual": "deepnorm", "placement": "post"}, {"ffn": "relu"},
+    {"ffn": "gelu"}, {"ffn_clamp": 0.5}, {"n_kv_heads": 2}, {"n_kv_heads": 1},
+    {"qk_norm": True}, {"qk_norm": True, "norm": "rmsnorm_zero_centered", "n_kv_heads": 2},
+    {"attn_gate": True, "bias": True}, {"attn_gate": True, "qkv_bias": True, "n_kv_heads": 2},
+    {"value_residual": True}, {"position": "learned"}, {"bias": True}, {"qkv_bias": True},
+    {"tie_embeddings": False}, {"norm_scale": "depth"}, {"final_norm": False},
+    {"head_dim": 12, "n_kv_heads": 2},
+]
+PRESETS = ["gpt2", "vaswani2017", "llama", "qwen3", "qwen_next", "olmo2"]
+
+
+def model_for(preset: str, seed: int, **changes) -> Transformer:
+    """A small model whose every parameter is away from its init (rezero's alphas and the
+    norms' scales would otherwise hide a mistake behind zeros and ones)."""
+    cfg = replace(get_preset(preset).model, **(SIZES | changes))
+    torch.manual_seed(seed)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim < 2:
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def readable_and_fast(model: Transformer, prompt: torch.Tensor, n_steps: int):
+    """Logits of each new token by the model's forward and by DecodeStep, each with its own
+    cache, feeding both the readable path's greedy token; the logits of one full pass over
+    the same tokens; and the two caches."""
+    caches = [KVCache(model.cfg, 1, model.cfg.context_len, torch.float32, "cpu") for _ in "ab"]
+    with torch.inference_mode():
+        model(prompt, cache=caches[0])
+        model(prompt, cache=caches[1])
+        step = DecodeStep(model, caches[1])
+        tokens = [int(model(prompt)[0, -1].argmax())]
+        readable, fast = [], []
+        for _ in range(n_steps):
+            readable.append(model(torch.tensor([tokens[-1:]]), cache=caches[0])[0, -1])
+            fast.append(step(tokens[-1]))
+            tokens.append(int(readable[-1].argmax()))
+        sequence = torch.cat([prompt, torch.tensor([tokens[:-1]])], dim=1)
+        full = model(sequence)[0, prompt.shape[1]:]
+    return torch.stack(readable), torch.stack(fast), full, caches
+
+
+def assert_within_the_rounding_spread(fast: torch.Tensor, readable: torch.Tensor,
+                                      full: torch.Tensor) -> None:
+    """The fast step differs from the readable cached step by float32 rounding only: by no
+    more than the readable cached step itself differs from a full pass over the sequence
+    (measured over every switch: 0.6x to 1.7x of that spread), with a floor of 1e-6 of the
+    logits' size (without a norm they grow into the hundreds)."""
+    scale = float(readable.abs().max())
+    spread = max(float((readable - full).abs().max()), 1e-6 * scale)
+    assert float((fast - readable).abs().max()) <= 4 * spread
+
+
+@pytest.mark.parametrize("changes", SWITCHES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "course")
+def test_decode_step_matches_the_readable_forward_for_every_switch(changes):
+    model = model_for("course", 3, **changes)
+    assert unsupported(model, KVCache(model.cfg, 1, 8, torch.float32, "cpu")) is None
+    prompt = torch.randint(0, 97, (1, 5), generator=torch.Generator().manual_seed(1))
+    readable, fast, full, (cache_a, cache_b) = readable_and_fast(model, prompt, 30)
+    assert readable.std() > 0.05  # logits that carry information, not a constant
+    assert_within_the_rounding_spread(fast, readable, full)
+    assert cache_a.length == cache_b.length == 35
+    for a, b in ((cache_a.k, cache_b.k), (cache_a.v, cache_b.v)):  # at most 1.3e-5 measured
+        torch.testing.assert_close(b, a, rtol=0, atol=5e-5 * float(a.abs().max()))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("seed", [2, 19])
+def test_decode_step_matches_the_readable_forward_for_every_preset(preset, seed):
+    model = model_for(preset, seed)
+    prompt = torch.randint(0, 97, (1, 3), generator=torch.Generator().manual_seed(seed))
+    readable, fast, full, _ = readable_and_fast(model, prompt, 36)  # up to the full context
+    assert_within_the_rounding_spread(fast, readable, full)
+
+
+@pytest.mark.parametrize("changes,reason", [
+    ({"residual": "hc", "streams": 2}, "widened residual"),
+    ({"residual": "mhc", "streams": 4}, "widened residual"),
+    ({"residual": "attnres"}, "widened residual"),
+    ({"qk_norm": True, "norm": "layernorm"}, "QK-norm other than RMSNorm"),
+])
+def test_models_the_step_does_not_handle_generate_the_same_tokens_on_the_readable_path(
+        changes, reason):
+    model = model_for("course", 4, **changes)
+    assert reason in unsupported(model, KVCache(model.cfg, 1, 8, torch.float32, "cpu"))
+    prompt = [3, 1, 4, 1, 5]
+    assert (generate(model, prompt, 30, greedy=True, use_cache=True)
+            == generate(model, prompt, 30, greedy=True, use_cache=False))
+
+
+def test_half_precision_and_batched_caches_are_refused():
+    model = model_for("course", 0)
+    assert "more than one sequence" in unsupported(model, KVCache(model.cfg, 2, 8, torch.float32,
+                                                                  "cpu"))
+    model = model.to(torch.bfloat16)
+    assert "bfloat16" in unsupported(model, KVCache(model.cfg, 1, 8, torch.bfloat16, "cpu"))
+
+
+def test_a_model_above_the_copy_limit_generates_on_the_readable_path(monkeypatch):
+    model = model_for("llama", 5)
+    cache = KVCache(model.cfg, 1, 8, torch.float32, "cpu")
+    assert unsupported(model, cache) is None
+    monkeypatch.setattr(decode, "WEIGHT_COPY_LIMIT", 1000)
+    assert "copy of its weights" in unsupported(model, cache)
+    with_cache = generate(model, [7, 8, 9], 25, greedy=True)
+    monkeypatch.undo()
+    assert with_cache == generate(model, [7, 8, 9], 25, greedy=True)
+    assert with_cache == generate(model, [7, 8, 9], 25, greedy=True, use_cache=False)
+
+
+def test_hooks_see_every_cached_step_and_change_no_token():
+    model = model_for("course", 6)
+    seen = []
+
+    def record(t, name):
+        seen.append(tuple(t.shape))
+
+    plain = generate(model, [1, 2, 3, 4], 12, greedy=True)
+    with model.hooks(fwd=[("blocks.1.hook_resid_post", record)]):
+        hooked = generate(model, [1, 2, 3, 4], 12, greedy=True)
+    assert hooked == plain
+    assert seen == [(1, 4, 32)] + [(1, 1, 32)] * 11  # the prompt, then one token per step
+
+
+def test_a_hook_attached_part_way_through_sees_every_later_step(monkeypatch):
+    model = model_for("course", 6)
+    seen, handles = [], []
+    fast_step = DecodeStep.__call__
+
+    def step_then_attach(self, token):
+        logits = fast_step(self, token)
+        if self.cache.length == 8:  # 4 prompt tokens, then 4 fast steps
+            handles.append(model.blocks[0].hook_resid_post.register_forward_hook(
+                lambda module, args, out: seen.append(tuple(out.shape))))
+        return logits
+
+    monkeypatch.setattr(DecodeStep, "__call__", step_then_attach)
+    try:
+        cached = generate(model, [1, 2, 3, 4], 12, greedy=True)
+    finally:
+        handles[0].remove()
+    assert seen == [(1, 1, 32)] * 7  # the steps at positions 8..14, on the readable path
+    assert cached == generate(model, [1, 2, 3, 4], 12, greedy=True, use_cache=False)
+
+
+def test_sampling_on_the_fast_path_repeats_under_a_seed():
+    model = model_for("qwen3", 10)
+    runs = [generate(model, [4, 5], 40, temperature=1.2, seed=s) for s in (7, 7, 8)]
+    assert runs[0] == runs[1] != runs[2]
+
+
+def test_a_hook_that_replaces_a_value_changes_the_cached_generation():
+    model = model_for("course", 7)
+    prompt = [5, 6, 7]
+    plain = generate(model, prompt, 15, greedy=True)
+    with model.hooks(fwd=[("blocks.0.hook_mlp_out", lambda t, name: t * 0)]):
+        cached = generate(model, prompt, 15, greedy=True)
+        uncached = generate(model, prompt, 15, greedy=True, use_cache=False)
+    assert cached == uncached != plain
+
+
+def test_any_forward_hook_sends_the_step_back_to_the_readable_path():
+    model = model_for("course", 8)
+    step = DecodeStep(model, KVCache(model.cfg, 1, 8, torch.float32, "cpu"))
+    assert not step.hooks_attached()
+    handle = model.blocks[1].mlp.down_proj.register_forward_pre_hook(lambda m, args: None)
+    assert step.hooks_attached()
+    handle.remove()
+    assert not step.hooks_attached()
+    handle = nn_module.register_module_forward_hook(lambda m, args, out: None)
+    try:
+        assert step.hooks_attached()
+    finally:
+        handle.remove()
+    assert not step.hooks_attached()
+
+
+def test_a_full_cache_says_so():
+    model = model_for("course", 0)
+    cache = KVCache(model.cfg, 1, 4, torch.float32, "cpu")
+    with torch.inference_mode():
+        model(torch.zeros(1, 4, dtype=torch.long), cache=cache)
+        with pytest.raises(ValueError, match="holds 4 tokens"):
+            DecodeStep(model, cache)(1)
+
+
+def test_logits_to_keep_gives_the_last_positions_of_the_full_pass():
+    model = model_for("course", 9)
+    idx = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(idx)
+        last = model(idx, logits_to_keep=1)
+        three = model(idx, logits_to_keep=3)
+    assert last.shape == (2, 1, 97) and three.shape == (2, 3, 97)
+    torch.testing.assert_close(last, full[:, -1:])
+    torch.testing.assert_close(three, full[:, -3:])
