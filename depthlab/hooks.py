@@ -40,13 +40,14 @@ class HookPoint(nn.Module):
     """
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.hooked:
+        if self._forward_hooks or self._forward_pre_hooks or _global_hooks_set():
             return super().__call__(x)
         return x
 
     @property
     def hooked(self) -> bool:
-        """True while any hook would see this point: its own or a global module hook."""
+        """True while any hook would see this point: its own or a global module hook
+        (the test __call__ makes, inlined there: a decode step calls it ~15 times a block)."""
         return bool(self._forward_hooks or self._forward_pre_hooks or _global_hooks_set())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Hand-written backward passes for the training step on CPU, beside the readable layers.
+"""Training fast paths on CPU, with their gradients written out, beside the readable layers.
 
 The layers (attention.py, ffn.py) keep their formulas as the reference. On CPU, PyTorch's
 autograd runs some of them as chains of small ops, each a pass over memory and a fresh
