@@ -12,9 +12,14 @@ Shape: the char-level Shakespeare CPU recipe (4 layers, d 128, 4 heads, context 
 batch 12, vocab 65, one thread). Steps alternate round-robin (each loop in turn)
 and each is timed with time.thread_time (on-CPU time of this thread), so other load on
 the machine slows all of them alike instead of skewing the ratio. Prints the median
-step of each and speed ratios (> 1.0x: depthlab is faster).
+step of each and speed ratios (> 1.0x: depthlab is faster), then the spread: the same
+ratio in each of --blocks consecutive blocks of rounds, lowest to highest.
 
-    python bench/reference_loop.py [--steps 60] [--threads 1] [--d-model 128]
+depthlab's step runs its CPU training fast paths as `depthlab train` does
+(depthlab.model.fused: RMSNorm's hand-written backward, q|k|v split + RoPE in one
+function, GELU's tanh form through a sigmoid); the references use PyTorch's own ops.
+
+    python bench/reference_loop.py [--steps 60] [--blocks 6] [--threads 1] [--d-model 128]
 """
 
 from __future__ import annotations
@@ -169,6 +174,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=60, help="timed steps of each loop")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--blocks", type=int, default=6, help="blocks of rounds for the spread")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
@@ -205,6 +211,13 @@ def main() -> None:
         med = statistics.median(ts)
         ref = statistics.median(times["reference " + name.split()[-1]])
         print(f"{name:<18} {1000 * med:>15.1f} {tokens / med:>13,.0f} {ref / med:>22.2f}x")
+    size = max(1, args.steps // args.blocks)
+    for name in (n for n in times if n.startswith("depthlab")):
+        ref_times = times["reference " + name.split()[-1]]
+        ratios = sorted(statistics.median(ref_times[i:i + size]) / statistics.median(
+            times[name][i:i + size]) for i in range(0, size * (args.steps // size), size))
+        print(f"spread, {name} vs its reference in {len(ratios)} blocks of {size} rounds: "
+              f"{ratios[0]:.2f}x to {ratios[-1]:.2f}x (median {statistics.median(ratios):.2f}x)")
 
 
 if __name__ == "__main__":

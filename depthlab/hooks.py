@@ -44,6 +44,12 @@ class HookPoint(nn.Module):
             return super().__call__(x)
         return x
 
+    @property
+    def hooked(self) -> bool:
+        """True while any hook would see this point: its own or a global module hook
+        (the test __call__ makes, inlined there: a decode step calls it ~15 times a block)."""
+        return bool(self._forward_hooks or self._forward_pre_hooks or _global_hooks_set())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 

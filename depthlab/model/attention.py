@@ -21,6 +21,7 @@ from torch import nn
 
 from depthlab.config import ModelConfig
 from depthlab.hooks import HookPoint
+from depthlab.model import fused
 from depthlab.model.norms import make_norm
 
 
@@ -163,21 +164,28 @@ class Attention(nn.Module):
         names are those of separate projections."""
         if not torch.is_grad_enabled():  # inference: no per-call copy of the weights
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.project_stacked(x).split(self.widths, dim=-1)
+
+    def project_stacked(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ [W_q; W_k; W_v].T (+ biases): the three projections side by side [B, T, *]."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         weight = torch.cat([p.weight for p in projs])
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        return F.linear(x, weight, bias).split(self.widths, dim=-1)
+        return F.linear(x, weight, bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
-                cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x [B, T, D] -> ([B, T, D], v_first). `rope` holds cos, sin at the T tokens'
-        positions ([T, E], or [B, 1, T, E] when each row has its own); `cache` the earlier
-        tokens. v_first: with value_residual, layer 0's V of these T tokens [B, K, T, E],
-        returned by layer 0 and passed to every later one (None otherwise). Only the new
-        tokens need it: the mix happens before the cache, so the cache of a later layer
-        holds mixed values, and the first layer's V of the new tokens is the one layer 0
-        just computed (and wrote to its own cache)."""
+    def rotary_fast_path(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                         cache: LayerCache | None) -> bool:
+        """Training on CPU with RoPE and nothing between the projection and RoPE (no gate,
+        no QK-norm, no hook on q, k, v): split, rotate and lay out the heads in one
+        function with a hand-written backward (depthlab.model.fused.rotary_heads)."""
+        return (self.use_rope and rope is not None and rope[0].ndim == 2 and cache is None
+                and not self.gated and self.q_norm is None and fused.fast_path_ok(x)
+                and not any(p.hooked for p in (self.hook_q, self.hook_k, self.hook_v)))
+
+    def heads(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """q, k, v [B, heads, T, E] with RoPE applied to q and k, and the output gate
+        [B, T, H*E] (None without attn_gate)."""
         B, T, _ = x.shape
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         q, k, v = self.project_qkv(x)
@@ -192,8 +200,6 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, T, E]
-        if self.value_residual is not None:
-            v = self.value_residual(v, self.hook_v_first(v_first))
         if self.use_rope and rope is not None:
             cos, sin = rope
             if T == 1:  # a decode step is bound by the number of ops: rotate q, k as one
@@ -202,6 +208,27 @@ class Attention(nn.Module):
                 # on the strided views, which more than pays for the copy (and, measured
                 # with backward, beats rotating q and k as one concatenated tensor)
                 q, k = apply_rope(q.contiguous(), cos, sin), apply_rope(k.contiguous(), cos, sin)
+        return q, k, v, gate
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [B, T, D] -> ([B, T, D], v_first). `rope` holds cos, sin at the T tokens'
+        positions ([T, E], or [B, 1, T, E] when each row has its own); `cache` the earlier
+        tokens. v_first: with value_residual, layer 0's V of these T tokens [B, K, T, E],
+        returned by layer 0 and passed to every later one (None otherwise). Only the new
+        tokens need it: the mix happens before the cache, so the cache of a later layer
+        holds mixed values, and the first layer's V of the new tokens is the one layer 0
+        just computed (and wrote to its own cache)."""
+        B, T, _ = x.shape
+        H, K, E = self.n_heads, self.n_kv_heads, self.head_size
+        if self.rotary_fast_path(x, rope, cache):  # the same q, k, v from one function
+            q, k, v = fused.rotary_heads(self.project_stacked(x), *rope, H, K)
+            gate = None
+        else:
+            q, k, v, gate = self.heads(x, rope)
+        if self.value_residual is not None:
+            v = self.value_residual(v, self.hook_v_first(v_first))
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         if self.hands_on_v:
             v_first = v

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from depthlab.config import ModelConfig
+from depthlab.model import fused
 
 
 class MLP(nn.Module):
@@ -23,7 +24,12 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up_proj(x)
-        h = F.relu(h) if self.kind == "relu" else F.gelu(h, approximate="tanh")
+        if self.kind == "relu":
+            h = F.relu(h)
+        elif fused.fast_path_ok(h):  # training on CPU: the same GELU, through a sigmoid
+            h = fused.gelu_tanh(h)
+        else:
+            h = F.gelu(h, approximate="tanh")
         return self.down_proj(h)
 
     def extra_repr(self) -> str:

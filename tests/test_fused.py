@@ -1,0 +1,148 @@
+"""The hand-written training fast paths (depthlab.model.fused) compute what the readable
+layers compute: values and gradients per function, whole models for every preset that
+takes them, and whole training runs step for step.
+
+Tolerances: the fast paths reorder float32 sums and compute GELU's tanh through a sigmoid,
+so single values differ from the readable path by a few ulp (measured: up to 4.8e-7 on
+GELU outputs of size <= 12; 5e-7 relative on gradients). Hence 1e-6 on values. Over a
+training run AdamW divides each update by sqrt(v): where a gradient is rounding noise
+(the key bias, whose gradient is exactly 0 in exact arithmetic: softmax ignores a shift
+common to all keys) the noise itself is normalised into an update of size ~lr, so
+weights are compared against how far training can move them, lr * steps: we allow
+1e-3 of it (measured, 12 steps at lr 3e-3: losses within 7e-8 relative, weights within
+4.4e-6 = 1.2e-4 of lr * steps). A real error (a sign, a missing term, the wrong half
+rotated) changes gradients by O(1) and weights by ~lr per step (test below for RoPE).
+"""
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from train_helpers import cache, config  # noqa: F401 (cache: autouse fixture)
+
+from depthlab.metrics import read_metrics
+from depthlab.model import Transformer, fused
+from depthlab.model.attention import apply_rope
+from depthlab.presets import get_preset
+from depthlab.train import train
+from depthlab.train.checkpoint import load_latest
+
+
+@pytest.fixture
+def readable(monkeypatch):
+    """Within the test, every layer takes its readable path."""
+    def off() -> None:
+        monkeypatch.setattr(fused, "fast_path_ok", lambda x: False)
+    return off
+
+
+def test_gelu_tanh_matches_torch_over_its_whole_range():
+    x = torch.cat([torch.linspace(-12, 12, 20001), 3 * torch.randn(5000)]).requires_grad_()
+    ours, theirs = fused.gelu_tanh(x), F.gelu(x, approximate="tanh")
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    g = torch.randn_like(ours)
+    assert torch.equal(torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(theirs, x, g)[0])
+
+
+@pytest.mark.parametrize("n_q,n_kv,E", [(4, 4, 32), (4, 2, 8), (6, 1, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rotary_heads_is_split_transpose_and_rope(n_q, n_kv, E, dtype):
+    B, T = 3, 11
+    torch.manual_seed(n_q * E)
+    y = torch.randn(B, T, (n_q + 2 * n_kv) * E, dtype=dtype, requires_grad=True)
+    angles = torch.rand(T, E // 2, dtype=dtype) * 40
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    q, k, v = (t.unflatten(-1, (-1, E)).transpose(1, 2)
+               for t in y.split([n_q * E, n_kv * E, n_kv * E], -1))
+    want = apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    got = fused.rotary_heads(y, cos, sin, n_q, n_kv)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape and a.is_contiguous()
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    gs = [torch.randn_like(t) for t in want]
+    g_got = torch.autograd.grad(got, y, gs)[0]
+    g_want = torch.autograd.grad(want, y, gs)[0]
+    torch.testing.assert_close(g_got, g_want, atol=1e-6, rtol=1e-6)
+
+
+def model_outputs_and_grads(model: Transformer, idx: torch.Tensor):
+    logits = model(idx)
+    loss = F.cross_entropy(logits.flatten(0, 1), idx.roll(-1, 1).flatten())
+    return logits.detach(), torch.autograd.grad(loss, list(model.parameters()))
+
+
+@pytest.mark.parametrize("preset", ["course", "llama", "qwen3", "qwen_next", "olmo2", "gpt2"])
+def test_models_compute_the_same_with_and_without_the_fast_paths(preset, readable):
+    cfg = replace(get_preset(preset).model, vocab_size=50, value_residual=preset == "llama")
+    torch.manual_seed(3)
+    model = Transformer(cfg)
+    idx = torch.randint(0, 50, (2, 24))
+    logits, grads = model_outputs_and_grads(model, idx)
+    readable()
+    logits_r, grads_r = model_outputs_and_grads(model, idx)
+    torch.testing.assert_close(logits, logits_r, atol=1e-6, rtol=1e-6)
+    for a, b in zip(grads, grads_r, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6 * max(1.0, b.abs().max().item()), rtol=1e-5)
+
+
+def test_fast_path_only_where_it_applies(monkeypatch):
+    """Training on CPU with no hook on q, k, v; inference, a hook, a cache, QK-norm or the
+    output gate take the readable path (a hook sees what the lesson's code computes)."""
+    calls = []
+    real = fused.rotary_heads
+    monkeypatch.setattr(fused, "rotary_heads", lambda *a: calls.append(1) or real(*a))
+    cfg = replace(get_preset("course").model, vocab_size=40, n_layers=1)
+    model = Transformer(cfg)
+    idx = torch.randint(0, 40, (2, 8))
+    model(idx)
+    assert len(calls) == 1
+    with torch.no_grad():
+        model(idx)
+    seen = []
+    with model.hooks(fwd=[("blocks.0.attn.hook_k", lambda t, name: seen.append(t) or None)]):
+        model(idx)
+    assert len(calls) == 1 and seen[0].shape == (2, cfg.n_heads, 8, cfg.head_size)
+    for switch in ({"qk_norm": True}, {"attn_gate": True}):
+        Transformer(replace(cfg, **switch))(idx)
+    assert len(calls) == 1
+
+
+def test_a_wrong_rotation_would_be_caught(monkeypatch):
+    """The tolerances above are tight enough to see an error: rotating by -angle instead."""
+    cfg = replace(get_preset("course").model, vocab_size=50, n_layers=1)
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    idx = torch.randint(0, 50, (2, 24))
+    good = model(idx)
+    real = fused.rotary_heads
+    monkeypatch.setattr(fused, "rotary_heads", lambda y, cos, sin, *a: real(y, cos, -sin, *a))
+    assert (model(idx) - good).abs().max() > 1e-4
+
+
+LR, STEPS = 3e-3, 12
+
+
+def run_losses_and_weights(out, preset_model):
+    cfg = config(steps=STEPS, lr=LR, warmup_steps=3, ckpt_every=12, eval_every=100,
+                 probe_every=100)
+    cfg = replace(cfg, model=replace(preset_model, n_layers=2, d_model=32, n_heads=2,
+                                     context_len=64))
+    train(cfg, out, overwrite=True, progress=False)
+    losses = [r["loss"] for r in read_metrics(out) if r["kind"] == "train"]
+    return losses, load_latest(out)[0].weights
+
+
+@pytest.mark.parametrize("preset", ["course", "gpt2"])
+def test_training_runs_step_for_step_the_same(preset, tmp_path, readable):
+    """`depthlab train` with its fast paths and with the readable layers: the same losses
+    at every step and the same weights after 12 AdamW steps with clipping and warmup."""
+    model_cfg = get_preset(preset).model
+    losses, weights = run_losses_and_weights(tmp_path / "fast", model_cfg)
+    readable()
+    losses_r, weights_r = run_losses_and_weights(tmp_path / "readable", model_cfg)
+    assert len(losses) == STEPS
+    assert losses == pytest.approx(losses_r, rel=1e-5, abs=0)
+    moved = LR * STEPS  # AdamW moves a weight by at most ~lr per step
+    for name, w in weights.items():
+        torch.testing.assert_close(w, weights_r[name], atol=1e-3 * moved, rtol=0, msg=name)
