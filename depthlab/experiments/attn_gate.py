@@ -18,13 +18,26 @@ from depthlab.experiments.spec import (
     RunSpec,
     specs_over_seeds,
     variant,
+    with_steps,
 )
 from depthlab.experiments.wording import Text, phrase
 
 
+WIDE = ("wide-no-gate", "wide-gate")  # the pair of Budget.wide, beside the course-scale one
+
+
 def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+    """The course model with and without the gate; where the budget names one, the same
+    pair wider and longer (Budget.wide), to see whether a sink forms at all on a CPU."""
     arms = [("no-gate", "no gate", base),
             ("gate", "sigmoid output gate", variant(base, "model.attn_gate=true"))]
+    if b.wide:
+        wide = with_steps(variant(base, *b.wide), b.wide_steps)
+        shape = (f"d {wide.model.d_model}, context {wide.train.seq_len}, "
+                 f"{wide.train.steps} steps")
+        arms += [(WIDE[0], f"no gate, {shape}", wide),
+                 (WIDE[1], f"sigmoid output gate, {shape}",
+                  variant(wide, "model.attn_gate=true"))]
     return specs_over_seeds(arms, seeds)
 
 
@@ -84,4 +97,6 @@ def sink_sentence(s_no: float, s_gate: float, baseline: float) -> Text:
                   uniform=f"{100 * baseline:.1f}", verdict=verdict)
 
 
-EXPERIMENT = Experiment("attn-gate", ("model.attn_gate",), grid, analyze)
+EXPERIMENT = Experiment("attn-gate", (
+    "model.attn_gate", "model.d_model", "train.seq_len", "train.batch_size", "train.steps",
+    "train.ckpt_every", "train.warmup_steps"), grid, analyze)
