@@ -1,15 +1,40 @@
 """attn-gate: a sigmoid gate on the attention output, against none: the loss, and the
-share of attention the first token draws (an attention sink)."""
+share of attention the first token draws (an attention sink), per layer, beside
+SmolLM2-135M measured the same way (depthlab.experiments.sink)."""
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 from depthlab.config import Config
-from depthlab.experiments.analysis import by_arm, final_values, gap_sentence, loss_charts
+from depthlab.experiments.analysis import (
+    by_arm,
+    final_values,
+    gap_sentence,
+    loss_charts,
+    seed_note,
+)
 from depthlab.experiments.baselines import baselines
-from depthlab.experiments.report import BLUE, GREEN, fmt, mean
+from depthlab.experiments.report import (
+    BLUE,
+    GREEN,
+    GREY,
+    ORANGE,
+    RED,
+    chart,
+    compare,
+    fmt,
+    mean,
+    series,
+    spread,
+)
+from depthlab.experiments.sink import (
+    REAL_CACHE,
+    SINK_RATIO,
+    WINDOWS,
+    Profile,
+    is_sink,
+    run_profile,
+    smollm2_profiles,
+)
 from depthlab.experiments.spec import (
     Budget,
     Experiment,
@@ -21,7 +46,6 @@ from depthlab.experiments.spec import (
     with_steps,
 )
 from depthlab.experiments.wording import Text, phrase
-
 
 WIDE = ("wide-no-gate", "wide-gate")  # the pair of Budget.wide, beside the course-scale one
 
@@ -41,60 +65,123 @@ def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
     return specs_over_seeds(arms, seeds)
 
 
-def first_token_share(run_dir: Path) -> tuple[float, float]:
-    """Mean attention weight each query puts on token 0 (all layers and heads) on a
-    fixed validation batch, and the uniform causal baseline mean_n 1/n = H_T / T."""
-    import torch
-
-    from depthlab.rundir import load_model
-    from depthlab.tokenizer import prepare_data
-    from depthlab.train import batches
-
-    model, cfg = load_model(run_dir)
-    data = prepare_data(cfg.data)
-    x, _ = batches.fixed_batch(data.val, 8, cfg.train.seq_len, torch.device("cpu"))
-    with torch.no_grad():
-        _, cache = model.run_with_cache(x, names=lambda n: n.endswith("hook_pattern"))
-    shares = torch.stack([cache[n][..., 0] for n in cache.keys()])  # [L, B, H, T]
-    T = x.shape[1]
-    baseline = sum(1 / n for n in range(1, T + 1)) / T
-    return shares.mean().item(), baseline
+PAIRS = (("no-gate", "gate"), WIDE)
+STYLE = {"no-gate": (BLUE, False), "gate": (GREEN, False), "wide-no-gate": (BLUE, True),
+         "wide-gate": (GREEN, True)}
+REAL_COLOR = RED
 
 
 def analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
     base = baselines(results[0].spec.cfg)
-    report = Report(charts=loss_charts(arms, {"no-gate": (BLUE, False), "gate": (GREEN, False)},
-                                       base), baselines=base.to_json())
+    report = Report(charts=loss_charts(arms, STYLE, base), baselines=base.to_json())
     report.table["columns"] = ["arm", "final val loss", "attention on first token",
-                               "uniform baseline H_T/T"]
-    shares: dict[str, list[float]] = {}
-    baseline = math.nan
+                               "uniform baseline H_T/T", "share / uniform"]
+    profiles = {arm: [run_profile(r.run_dir) for r in runs] for arm, runs in arms.items()}
     for arm, runs in arms.items():
-        shares[arm] = []
-        for r in runs:
-            share, baseline = first_token_share(r.run_dir)
-            shares[arm].append(share)
+        shares = [p.share for p in profiles[arm]]
+        uniform = profiles[arm][0].uniform
         report.table["rows"].append([runs[0].spec.label, fmt(final_values(runs)),
-                                     f"{100 * mean(shares[arm]):.1f}%", f"{100 * baseline:.1f}%"])
-    v = {arm: final_values(runs) for arm, runs in arms.items()}
-    report.conclusions.append(gap_sentence(
-        phrase("attn-gate.what.val_loss"), v["no-gate"], v["gate"],
-        phrase("attn-gate.name.ungated"), phrase("attn-gate.name.gated")))
-    report.conclusions.append(sink_sentence(mean(shares["no-gate"]), mean(shares["gate"]),
-                                            baseline))
+                                     f"{_percent(shares)}%", f"{100 * uniform:.1f}%",
+                                     f"{mean(shares) / uniform:.2f}"])
+    pairs = [pair for pair in PAIRS if all(arm in arms for arm in pair)]
+    for no, yes in pairs:
+        report.conclusions.append(gap_sentence(
+            phrase("attn-gate.what.val_loss", shape=_shape(arms[no][0])),
+            final_values(arms[no]), final_values(arms[yes]),
+            phrase("attn-gate.name.ungated"), phrase("attn-gate.name.gated")))
+        report.conclusions.append(sink_sentence(
+            _shape(arms[no][0]), [p.share for p in profiles[no]],
+            [p.share for p in profiles[yes]], profiles[no][0]))
+    real: dict[int, Profile] = {}
+    if b.real_model:
+        root = results[0].run_dir.parents[1]
+        lengths = sorted({p[0].tokens for p in profiles.values()})
+        found = smollm2_profiles(root.parent, results[0].spec.cfg.data, lengths,
+                                 root / REAL_CACHE)
+        if isinstance(found, dict):
+            real = found
+            for t, prof in real.items():
+                report.table["rows"].append([f"SmolLM2-135M, {t} tokens", "",
+                                             f"{100 * prof.share:.1f}%",
+                                             f"{100 * prof.uniform:.1f}%", f"{prof.ratio:.2f}"])
+                report.conclusions.append(real_sentence(prof))
+        else:
+            report.conclusions.append(found)
+    else:
+        report.conclusions.append(phrase("attn-gate.real.skipped", budget=b.name))
+    report.charts.append(layer_chart(arms, profiles, real))
     return report
 
 
-def sink_sentence(s_no: float, s_gate: float, baseline: float) -> Text:
-    """Whether an attention sink formed without the gate (twice the uniform share)."""
-    if s_no > 2 * baseline:
-        verdict = phrase("attn-gate.sink")
+def _shape(run: RunResult) -> Text:
+    cfg = run.spec.cfg
+    return phrase("attn-gate.shape", d=cfg.model.d_model, tokens=cfg.train.seq_len,
+                  steps=cfg.train.steps)
+
+
+def _percent(shares: list[float]) -> str:
+    """Mean share in percent, with the seed spread where there are seeds to spread."""
+    if len(shares) > 1:
+        return f"{100 * mean(shares):.1f} ± {100 * spread(shares):.1f}"
+    return f"{100 * mean(shares):.1f}"
+
+
+def sink_sentence(shape: Text, no: list[float], yes: list[float], ref: Profile) -> Text:
+    """The share with and without the gate against uniform attention; a sink is claimed
+    above SINK_RATIO x uniform, a change by the gate only beyond the seed spread."""
+    ratio = mean(no) / ref.uniform
+    if is_sink(mean(no), ref.uniform):
+        verdict = phrase("attn-gate.sink", ratio=f"{ratio:.2f}", threshold=f"{SINK_RATIO:g}")
     else:
-        verdict = phrase("attn-gate.no_sink", relation=phrase(
-            "attn-gate." + ("below" if s_no < baseline else "under_twice")))
-    return phrase("attn-gate.share", ungated=f"{100 * s_no:.1f}", gated=f"{100 * s_gate:.1f}",
-                  uniform=f"{100 * baseline:.1f}", verdict=verdict)
+        verdict = phrase("attn-gate.no_sink", ratio=f"{ratio:.2f}", relation=phrase(
+            "attn-gate." + ("below" if ratio < 1 else "under_twice"),
+            threshold=f"{SINK_RATIO:g}"))
+    gap, real = compare(no, yes)
+    note = seed_note(min(len(no), len(yes)), spread(no) + spread(yes))
+    gate = phrase("attn-gate.gate." + ("changes" if real else "within"),
+                  gap=f"{100 * gap:+.1f}", note=note)
+    return phrase("attn-gate.share", shape=shape, ungated=_percent(no), gated=_percent(yes),
+                  uniform=f"{100 * ref.uniform:.1f}", tokens=ref.tokens, verdict=verdict,
+                  gate=gate)
+
+
+def real_sentence(prof: Profile) -> Text:
+    """SmolLM2's share and where along its depth the sink sits."""
+    sinks = [i for i, v in enumerate(prof.layers) if is_sink(v, prof.uniform)]
+    low = min(range(len(prof.layers)), key=prof.layers.__getitem__)
+    high = max(range(len(prof.layers)), key=prof.layers.__getitem__)
+    return phrase(
+        "attn-gate.real.share", windows=WINDOWS, tokens=prof.tokens, share=f"{100 * prof.share:.1f}",
+        uniform=f"{100 * prof.uniform:.1f}", ratio=f"{prof.ratio:.1f}",
+        n_sink=len(sinks), layers=len(prof.layers), threshold=f"{SINK_RATIO:g}",
+        first=sinks[0] if sinks else "-", low=f"{100 * prof.layers[low]:.1f}", low_at=low,
+        high=f"{100 * prof.layers[high]:.1f}", high_at=high)
+
+
+def layer_chart(arms: dict[str, list[RunResult]], profiles: dict[str, list[Profile]],
+                real: dict[int, Profile]) -> dict:
+    """First-token share per layer as a multiple of uniform attention (so windows of
+    different lengths compare), seed means with their range; 1 = uniform, 2 = a sink."""
+    lines = []
+    for arm, runs in arms.items():
+        ratios = [[v / p.uniform for v in p.layers] for p in profiles[arm]]
+        layers = list(range(len(ratios[0])))
+        color, dash = STYLE.get(arm, (None, False))
+        lines.append(series(f"{runs[0].spec.label}, {profiles[arm][0].tokens} tokens", layers,
+                            [mean(list(v)) for v in zip(*ratios, strict=True)], color, dash,
+                            lo=[min(v) for v in zip(*ratios, strict=True)],
+                            hi=[max(v) for v in zip(*ratios, strict=True)]))
+    for t, prof in real.items():
+        lines.append(series(f"SmolLM2-135M, {t} tokens", list(range(len(prof.layers))),
+                            [v / prof.uniform for v in prof.layers], REAL_COLOR, t != max(real)))
+    end = max(len(s["x"]) for s in lines) - 1
+    lines.append(series("uniform causal attention (H_T/T)", [0, end], [1.0, 1.0], GREY, True))
+    lines.append(series(f"sink threshold ({SINK_RATIO:g}x uniform)", [0, end],
+                        [SINK_RATIO, SINK_RATIO], ORANGE, True))
+    return chart("first_token", phrase("attn-gate.chart.first_token"),
+                 phrase("attn-gate.axis.layer"), phrase("attn-gate.axis.ratio"), lines,
+                 y_log=True)
 
 
 EXPERIMENT = Experiment("attn-gate", (

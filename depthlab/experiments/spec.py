@@ -39,6 +39,7 @@ class Budget:
     lrs: tuple[float, ...] = (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)  # norm-placement's lr grid
     wide: tuple[str, ...] = ()  # attn-gate's wider, longer pair: its overrides (none: no pair)
     wide_steps: int = 0  # steps of that pair's runs
+    real_model: bool = True  # attn-gate measures SmolLM2 beside its runs (imported once)
 
 
 BUDGETS: dict[str, Budget] = {
@@ -47,7 +48,8 @@ BUDGETS: dict[str, Budget] = {
                     model=("model.d_model=32", "model.n_heads=2", "model.context_len=32"),
                     about="seconds; for tests only: the numbers mean nothing", depths=(1, 2, 3),
                     timing_rounds=2, lrs=(2e-3, 5e-3),
-                    wide=("model.d_model=64", "train.seq_len=32"), wide_steps=6),
+                    wide=("model.d_model=64", "train.seq_len=32"), wide_steps=6,
+                    real_model=False),
     # The depth sweep at quick: 12 runs of 1-8 layers at 200 steps cost about as much as
     # the old 4 runs of 4 and 12 layers at 300 (the sum of depths x steps: 9,600 either way);
     # measured: 314 s of CPU time on one thread (/usr/bin/time, 2-core machine).
