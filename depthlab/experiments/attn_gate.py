@@ -41,6 +41,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    base_config,
     specs_over_seeds,
     variant,
     with_steps,
@@ -56,13 +57,26 @@ def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
     arms = [("no-gate", "no gate", base),
             ("gate", "sigmoid output gate", variant(base, "model.attn_gate=true"))]
     if b.wide:
-        wide = with_steps(variant(base, *b.wide), b.wide_steps)
+        wide = wide_config(base, b)
         shape = (f"d {wide.model.d_model}, context {wide.train.seq_len}, "
                  f"{wide.train.steps} steps")
         arms += [(WIDE[0], f"no gate, {shape}", wide),
                  (WIDE[1], f"sigmoid output gate, {shape}",
                   variant(wide, "model.attn_gate=true"))]
     return specs_over_seeds(arms, seeds)
+
+
+def wide_config(base: Config, b: Budget) -> Config:
+    return with_steps(variant(base, *b.wide), b.wide_steps)
+
+
+def wide_summary(b: Budget) -> str:
+    """The wide pair's shape for `depthlab experiment --list` ("-" where there is none)."""
+    if not b.wide:
+        return "-"
+    cfg = wide_config(base_config(b), b)
+    return (f"d {cfg.model.d_model}, {cfg.train.batch_size} x {cfg.train.seq_len} "
+            f"@ {cfg.train.steps}")
 
 
 PAIRS = (("no-gate", "gate"), WIDE)
