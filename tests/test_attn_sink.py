@@ -87,16 +87,19 @@ def test_sink_threshold_is_twice_uniform():
 
 
 def test_sink_sentence_claims_a_sink_and_a_gate_effect_only_from_the_numbers():
-    ref = Profile([0.1] * 4, 0.074, 64)
+    def seeds(*shares):  # one profile per seed, every layer at the given share
+        return [Profile([s] * 4, 0.074, 64) for s in shares]
+
     shape = same("d 128")
-    sunk = sink_sentence(shape, [0.20, 0.22], [0.10, 0.11], ref)["en"]
+    sunk = sink_sentence(shape, seeds(0.20, 0.22), seeds(0.10, 0.11))["en"]
     assert "an attention sink (over 2x)" in sunk and "2.84x" in sunk
     assert "moves the share by -10.5 points (2 seeds, spread ±0.0150)" in sunk
     assert "21.0 ± 1.0% without the gate" in sunk
-    under = sink_sentence(shape, [0.10, 0.12], [0.105, 0.125], ref)["en"]
+    assert "2.84 / 2.84 / 2.84 / 2.84 without the gate, 1.42 / 1.42 / 1.42 / 1.42 with it" in sunk
+    under = sink_sentence(shape, seeds(0.10, 0.12), seeds(0.105, 0.125))["en"]
     assert "under the sink threshold of 2x" in under and "no attention sink" in under
     assert "within the seed spread" in under and "none is claimed" in under
-    below = sink_sentence(shape, [0.07], [0.07], ref)
+    below = sink_sentence(shape, seeds(0.07), seeds(0.07))
     assert "below the uniform share itself" in below["en"] and "1 seed" in below["en"]
     assert "低于均匀占比本身" in below["zh"]
 

@@ -104,9 +104,8 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
             phrase("attn-gate.what.val_loss", shape=_shape(arms[no][0])),
             final_values(arms[no]), final_values(arms[yes]),
             phrase("attn-gate.name.ungated"), phrase("attn-gate.name.gated")))
-        report.conclusions.append(sink_sentence(
-            _shape(arms[no][0]), [p.share for p in profiles[no]],
-            [p.share for p in profiles[yes]], profiles[no][0]))
+        report.conclusions.append(sink_sentence(_shape(arms[no][0]), profiles[no],
+                                                profiles[yes]))
     real: dict[int, Profile] = {}
     if b.real_model:
         root = results[0].run_dir.parents[1]
@@ -141,9 +140,12 @@ def _percent(shares: list[float]) -> str:
     return f"{100 * mean(shares):.1f}"
 
 
-def sink_sentence(shape: Text, no: list[float], yes: list[float], ref: Profile) -> Text:
-    """The share with and without the gate against uniform attention; a sink is claimed
-    above SINK_RATIO x uniform, a change by the gate only beyond the seed spread."""
+def sink_sentence(shape: Text, ungated: list[Profile], gated: list[Profile]) -> Text:
+    """The share with and without the gate (one profile per seed) against uniform
+    attention, and per layer; a sink is claimed above SINK_RATIO x uniform, a change by
+    the gate only beyond the seed spread."""
+    ref = ungated[0]
+    no, yes = [p.share for p in ungated], [p.share for p in gated]
     ratio = mean(no) / ref.uniform
     if is_sink(mean(no), ref.uniform):
         verdict = phrase("attn-gate.sink", ratio=f"{ratio:.2f}", threshold=f"{SINK_RATIO:g}")
@@ -157,7 +159,13 @@ def sink_sentence(shape: Text, no: list[float], yes: list[float], ref: Profile) 
                   gap=f"{100 * gap:+.1f}", note=note)
     return phrase("attn-gate.share", shape=shape, ungated=_percent(no), gated=_percent(yes),
                   uniform=f"{100 * ref.uniform:.1f}", tokens=ref.tokens, verdict=verdict,
-                  gate=gate)
+                  gate=gate, per_layer=_layer_ratios(ungated), per_layer_gated=_layer_ratios(gated))
+
+
+def _layer_ratios(profiles: list[Profile]) -> str:
+    """Seed-mean share per layer as a multiple of uniform, first layer first."""
+    per_layer = zip(*[[v / p.uniform for v in p.layers] for p in profiles], strict=True)
+    return " / ".join(f"{mean(list(v)):.2f}" for v in per_layer)
 
 
 def real_sentence(prof: Profile) -> Text:
@@ -166,8 +174,8 @@ def real_sentence(prof: Profile) -> Text:
     low = min(range(len(prof.layers)), key=prof.layers.__getitem__)
     high = max(range(len(prof.layers)), key=prof.layers.__getitem__)
     return phrase(
-        "attn-gate.real.share", windows=WINDOWS, tokens=prof.tokens, share=f"{100 * prof.share:.1f}",
-        uniform=f"{100 * prof.uniform:.1f}", ratio=f"{prof.ratio:.1f}",
+        "attn-gate.real.share", windows=WINDOWS, tokens=prof.tokens,
+        share=f"{100 * prof.share:.1f}", uniform=f"{100 * prof.uniform:.1f}", ratio=f"{prof.ratio:.1f}",
         n_sink=len(sinks), layers=len(prof.layers), threshold=f"{SINK_RATIO:g}",
         first=sinks[0] if sinks else "-", low=f"{100 * prof.layers[low]:.1f}", low_at=low,
         high=f"{100 * prof.layers[high]:.1f}", high_at=high)
@@ -182,7 +190,7 @@ def layer_chart(arms: dict[str, list[RunResult]], profiles: dict[str, list[Profi
         ratios = [[v / p.uniform for v in p.layers] for p in profiles[arm]]
         layers = list(range(len(ratios[0])))
         color, dash = STYLE.get(arm, (None, False))
-        lines.append(series(f"{runs[0].spec.label}, {profiles[arm][0].tokens} tokens", layers,
+        lines.append(series(runs[0].spec.label, layers,
                             [mean(list(v)) for v in zip(*ratios, strict=True)], color, dash,
                             lo=[min(v) for v in zip(*ratios, strict=True)],
                             hi=[max(v) for v in zip(*ratios, strict=True)]))
