@@ -5,13 +5,7 @@ SmolLM2-135M measured the same way (depthlab.experiments.sink)."""
 from __future__ import annotations
 
 from depthlab.config import Config
-from depthlab.experiments.analysis import (
-    by_arm,
-    final_values,
-    gap_sentence,
-    loss_charts,
-    seed_note,
-)
+from depthlab.experiments.analysis import by_arm, final_values, gap_sentence, loss_charts
 from depthlab.experiments.baselines import baselines
 from depthlab.experiments.report import (
     BLUE,
@@ -46,7 +40,7 @@ from depthlab.experiments.spec import (
     variant,
     with_steps,
 )
-from depthlab.experiments.wording import Text, phrase
+from depthlab.experiments.wording import Text, joined, phrase, same
 
 WIDE = ("wide-no-gate", "wide-gate")  # the pair of Budget.wide, beside the course-scale one
 
@@ -153,19 +147,29 @@ def sink_sentence(shape: Text, ungated: list[Profile], gated: list[Profile]) -> 
         verdict = phrase("attn-gate.no_sink", ratio=f"{ratio:.2f}", relation=phrase(
             "attn-gate." + ("below" if ratio < 1 else "under_twice"),
             threshold=f"{SINK_RATIO:g}"))
+    over = [same(str(i)) for i, r in enumerate(_mean_layers(ungated)) if r > SINK_RATIO]
+    layers = (phrase("attn-gate.layers_over", layers=joined(over), threshold=f"{SINK_RATIO:g}")
+              if over else phrase("attn-gate.no_layer_over", threshold=f"{SINK_RATIO:g}"))
     gap, real = compare(no, yes)
-    note = seed_note(min(len(no), len(yes)), spread(no) + spread(yes))
+    noise = spread(no) + spread(yes)  # in points, as the gap
+    note = (phrase("note.seeds", seeds=min(len(no), len(yes)), spread=f"{100 * noise:.1f}")
+            if min(len(no), len(yes)) > 1 else phrase("note.one_seed"))
     gate = phrase("attn-gate.gate." + ("changes" if real else "within"),
                   gap=f"{100 * gap:+.1f}", note=note)
     return phrase("attn-gate.share", shape=shape, ungated=_percent(no), gated=_percent(yes),
                   uniform=f"{100 * ref.uniform:.1f}", tokens=ref.tokens, verdict=verdict,
-                  gate=gate, per_layer=_layer_ratios(ungated), per_layer_gated=_layer_ratios(gated))
+                  layers=layers, gate=gate, per_layer=_layer_ratios(ungated),
+                  per_layer_gated=_layer_ratios(gated))
+
+
+def _mean_layers(profiles: list[Profile]) -> list[float]:
+    """Seed-mean share per layer as a multiple of uniform, first layer first."""
+    per_layer = zip(*[[v / p.uniform for v in p.layers] for p in profiles], strict=True)
+    return [mean(list(v)) for v in per_layer]
 
 
 def _layer_ratios(profiles: list[Profile]) -> str:
-    """Seed-mean share per layer as a multiple of uniform, first layer first."""
-    per_layer = zip(*[[v / p.uniform for v in p.layers] for p in profiles], strict=True)
-    return " / ".join(f"{mean(list(v)):.2f}" for v in per_layer)
+    return " / ".join(f"{r:.2f}" for r in _mean_layers(profiles))
 
 
 def real_sentence(prof: Profile) -> Text:
