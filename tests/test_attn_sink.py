@@ -93,9 +93,9 @@ def test_sink_sentence_claims_a_sink_and_a_gate_effect_only_from_the_numbers():
     shape = same("d 128")
     sunk = sink_sentence(shape, seeds(0.20, 0.22), seeds(0.10, 0.11))["en"]
     assert "an attention sink (over 2x)" in sunk and "2.84x" in sunk
-    assert "moves the share by -10.5 points (2 seeds, spread ±1.5)" in sunk
+    assert "moves the share by -10.50 points (2 seeds, spread ±1.50)" in sunk
     assert "Layers over 2x on their own without the gate: 0, 1, 2, 3." in sunk
-    assert "21.0 ± 1.0% without the gate" in sunk
+    assert "21.00 ± 1.00% without the gate" in sunk
     assert "2.84 / 2.84 / 2.84 / 2.84 without the gate, 1.42 / 1.42 / 1.42 / 1.42 with it" in sunk
     under = sink_sentence(shape, seeds(0.10, 0.12), seeds(0.105, 0.125))["en"]
     assert "under the sink threshold of 2x" in under and "no attention sink" in under

@@ -130,8 +130,8 @@ def _shape(run: RunResult) -> Text:
 def _percent(shares: list[float]) -> str:
     """Mean share in percent, with the seed spread where there are seeds to spread."""
     if len(shares) > 1:
-        return f"{100 * mean(shares):.1f} ± {100 * spread(shares):.1f}"
-    return f"{100 * mean(shares):.1f}"
+        return f"{100 * mean(shares):.2f} ± {100 * spread(shares):.2f}"
+    return f"{100 * mean(shares):.2f}"
 
 
 def sink_sentence(shape: Text, ungated: list[Profile], gated: list[Profile]) -> Text:
@@ -152,10 +152,10 @@ def sink_sentence(shape: Text, ungated: list[Profile], gated: list[Profile]) -> 
               if over else phrase("attn-gate.no_layer_over", threshold=f"{SINK_RATIO:g}"))
     gap, real = compare(no, yes)
     noise = spread(no) + spread(yes)  # in points, as the gap
-    note = (phrase("note.seeds", seeds=min(len(no), len(yes)), spread=f"{100 * noise:.1f}")
+    note = (phrase("note.seeds", seeds=min(len(no), len(yes)), spread=f"{100 * noise:.2f}")
             if min(len(no), len(yes)) > 1 else phrase("note.one_seed"))
     gate = phrase("attn-gate.gate." + ("changes" if real else "within"),
-                  gap=f"{100 * gap:+.1f}", note=note)
+                  gap=f"{100 * gap:+.2f}", note=note)
     return phrase("attn-gate.share", shape=shape, ungated=_percent(no), gated=_percent(yes),
                   uniform=f"{100 * ref.uniform:.1f}", tokens=ref.tokens, verdict=verdict,
                   layers=layers, gate=gate, per_layer=_layer_ratios(ungated),
