@@ -47,18 +47,23 @@ def handle(args: argparse.Namespace) -> int:
         print_lines(list(EXPERIMENTS))
         return 0
     if args.list or not args.name:
+        from depthlab.experiments.attn_gate import wide_summary
+
         print_lines(["experiments:", *table(["name", "question"], [
             (name, exp.question) for name, exp in EXPERIMENTS.items()], left={0, 1}), "",
             "budgets (--budget):", *table(
-                ["budget", "steps", "batch x seq", "seeds", "layers", "sweep", "what for"],
+                ["budget", "steps", "batch x seq", "seeds", "layers", "sweep", "wide pair",
+                 "what for"],
                 [(n, b.steps, f"{b.batch_size} x {b.seq_len}", b.seeds, f"{b.shallow}, {b.deep}",
-                  f"{','.join(map(str, b.depths))} @ {b.sweep_steps or b.steps}", b.about)
-                 for n, b in BUDGETS.items()], left={0, 6}),
+                  f"{','.join(map(str, b.depths))} @ {b.sweep_steps or b.steps}",
+                  wide_summary(b), b.about)
+                 for n, b in BUDGETS.items()], left={0, 6, 7}),
             *legend(("steps", "optimizer steps per training run"),
                     ("batch x seq", "sequences per step x tokens per sequence"),
                     ("seeds", "seeds per arm (--seeds changes it)"),
                     ("layers", "the lesson's shallow and deep model"),
-                    ("sweep", "the residual experiment's depths @ its steps per run"))])
+                    ("sweep", "the residual experiment's depths @ its steps per run"),
+                    ("wide pair", "attn-gate's wider, longer pair: d, batch x seq @ steps"))])
         if not args.list:
             raise UserError("name an experiment (listed above)")
         return 0

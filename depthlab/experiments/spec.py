@@ -37,6 +37,9 @@ class Budget:
     sweep_steps: int | None = None  # steps of the depth sweep's runs (None: `steps`)
     timing_rounds: int = 15  # rounds of the norm-type timing benchmark
     lrs: tuple[float, ...] = (2e-3, 3e-3, 4e-3, 5e-3, 7e-3, 1e-2)  # norm-placement's lr grid
+    wide: tuple[str, ...] = ()  # attn-gate's wider, longer pair: its overrides (none: no pair)
+    wide_steps: int = 0  # steps of that pair's runs
+    real_model: bool = True  # attn-gate measures SmolLM2 beside its runs (imported once)
 
 
 BUDGETS: dict[str, Budget] = {
@@ -44,7 +47,9 @@ BUDGETS: dict[str, Budget] = {
                     seeds=1, shallow=2, deep=3, deepest=6,
                     model=("model.d_model=32", "model.n_heads=2", "model.context_len=32"),
                     about="seconds; for tests only: the numbers mean nothing", depths=(1, 2, 3),
-                    timing_rounds=2, lrs=(2e-3, 5e-3)),
+                    timing_rounds=2, lrs=(2e-3, 5e-3),
+                    wide=("model.d_model=64", "train.seq_len=32"), wide_steps=6,
+                    real_model=False),
     # The depth sweep at quick: 12 runs of 1-8 layers at 200 steps cost about as much as
     # the old 4 runs of 4 and 12 layers at 300 (the sum of depths x steps: 9,600 either way);
     # measured: 314 s of CPU time on one thread (/usr/bin/time, 2-core machine).
@@ -55,10 +60,14 @@ BUDGETS: dict[str, Budget] = {
     "standard": Budget("standard", steps=500, batch_size=16, seq_len=64, eval_every=50,
                        eval_tokens=16384, seeds=3, shallow=4, deep=12, deepest=48,
                        about="the README's figures: 3 seeds; hours for all six on a "
-                       "2-core laptop"),
+                       "2-core laptop",
+                       # attn-gate's pair at d 256, context 256: 0.6 s of CPU per step on one
+                       # thread (measured), so 6 runs of 600 steps take about 38 CPU-minutes.
+                       wide=("model.d_model=256", "train.seq_len=256", "train.batch_size=8"),
+                       wide_steps=600),
     "full": Budget("full", steps=5000, batch_size=64, seq_len=256, eval_every=250,
                    eval_tokens=262144, seeds=3, shallow=4, deep=12, deepest=48,
-                   about="for a GPU"),
+                   about="for a GPU", wide=("model.d_model=256",), wide_steps=10000),
 }
 
 
