@@ -61,8 +61,9 @@ BUDGETS: dict[str, Budget] = {
                        eval_tokens=16384, seeds=3, shallow=4, deep=12, deepest=48,
                        about="the README's figures: 3 seeds; hours for all six on a "
                        "2-core laptop",
-                       # attn-gate's pair at d 256, context 256: 0.6 s of CPU per step on one
-                       # thread (measured), so 6 runs of 600 steps take about 38 CPU-minutes.
+                       # attn-gate's pair at d 256, context 256: 0.6 s of CPU per training step
+                       # on one thread, about 0.7 with evaluation and probes (measured: 4 runs
+                       # took 1,700 CPU-s), so 6 runs of 600 steps take about 40 CPU-minutes.
                        wide=("model.d_model=256", "train.seq_len=256", "train.batch_size=8"),
                        wide_steps=600),
     "full": Budget("full", steps=5000, batch_size=64, seq_len=256, eval_every=250,
