@@ -218,3 +218,25 @@ def test_smollm2_has_a_sink_in_its_middle_layers_and_none_in_its_first_two(tmp_p
     assert len(ratios) == 30 and p.ratio > 4
     assert max(ratios[:2]) < SINK_RATIO
     assert sum(r > SINK_RATIO for r in ratios) >= 20
+
+
+def test_each_pair_is_drawn_against_the_baselines_of_its_own_tokens(trained_run):
+    """The wide pair is scored on longer windows than the course pair: its loss charts
+    carry the unigram and bigram losses of those windows, not the course pair's."""
+    import json
+
+    from depthlab.experiments.baselines import baselines
+    from depthlab.rundir import read_config
+
+    root = trained_run.parents[1]
+    export = json.loads((root / "export.json").read_text())
+    charts = {c["id"]: c for c in export["charts"]}
+    for chart_id, run in (("val_loss", "no-gate-s0"), ("wide_val_loss", "wide-no-gate-s0")):
+        cfg, _ = read_config(root / "runs" / run)
+        want = baselines(cfg)
+        lines = [s for s in charts[chart_id]["series"] if "baseline" in s["label"]]
+        assert [s["y"][0] for s in lines] == pytest.approx([want.unigram, want.bigram])
+        arms = {s["label"] for s in charts[chart_id]["series"]} - {s["label"] for s in lines}
+        assert all(("context 32" in a) == chart_id.startswith("wide") for a in arms), arms
+    small, wide = (read_config(root / "runs" / r)[0] for r in ("no-gate-s0", "wide-no-gate-s0"))
+    assert small.train.seq_len != wide.train.seq_len

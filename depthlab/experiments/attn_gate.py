@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from depthlab.config import Config
 from depthlab.experiments.analysis import by_arm, final_values, gap_sentence, loss_charts
-from depthlab.experiments.baselines import baselines
+from depthlab.experiments.baselines import Baselines, baselines
 from depthlab.experiments.report import (
     BLUE,
     GREEN,
@@ -82,7 +82,7 @@ REAL_COLOR = RED
 def analyze(results: list[RunResult], b: Budget) -> Report:
     arms = by_arm(results)
     base = baselines(results[0].spec.cfg)
-    report = Report(charts=loss_charts(arms, STYLE, base), baselines=base.to_json())
+    report = Report(charts=pair_loss_charts(arms, base), baselines=base.to_json())
     report.table["columns"] = ["arm", "final val loss", "attention on first token",
                                "uniform baseline H_T/T", "share / uniform"]
     profiles = {arm: [run_profile(r.run_dir) for r in runs] for arm, runs in arms.items()}
@@ -119,6 +119,21 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
         report.conclusions.append(phrase("attn-gate.real.skipped", budget=b.name))
     report.charts.append(layer_chart(arms, profiles, real))
     return report
+
+
+def pair_loss_charts(arms: dict[str, list[RunResult]], base: Baselines) -> list[dict]:
+    """Loss charts of the course pair against the baselines of its tokens, then the wide
+    pair's against the baselines of its own (longer) evaluation windows."""
+    small = {arm: runs for arm, runs in arms.items() if arm not in WIDE}
+    charts = loss_charts(small, STYLE, base)
+    wide = {arm: runs for arm, runs in arms.items() if arm in WIDE}
+    if wide:
+        shape = _shape(next(iter(wide.values()))[0])
+        for c in loss_charts(wide, STYLE, baselines(next(iter(wide.values()))[0].spec.cfg)):
+            c["id"] = "wide_" + c["id"]
+            c["title"] = phrase("attn-gate.chart.wide", chart=c["title"], shape=shape)
+            charts.append(c)
+    return charts
 
 
 def _shape(run: RunResult) -> Text:
