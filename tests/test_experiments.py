@@ -157,6 +157,27 @@ def test_plateau_depth_is_where_the_models_without_residual_stop_leaving():
     assert plateau_depth(depths, dict.fromkeys(depths, False)) == 1
 
 
+def test_stuck_depths_are_placed_at_above_or_below_the_unigram_within_their_spread():
+    """The standard sweep's 3-12-layer models end 0.001 above the unigram baseline with a
+    seed spread of 0.0008: they are above it, not 'at' it; a depth whose seeds scatter
+    widely is at it; one seed allows neither claim."""
+    from depthlab.experiments.baselines import Baselines
+    from depthlab.experiments.residual import _unigram_level
+
+    base = Baselines(unigram=3.3045, bigram=2.49, tokens=100, windows=2, val_tokens=1000)
+    finals = {(2, "none"): [2.63, 3.30, 3.31], (3, "none"): [3.3052, 3.3055, 3.3060],
+              (4, "none"): [3.3050, 3.3056, 3.3058], (6, "none"): [3.10, 3.101, 3.102]}
+    left = {1: True, 2: False, 3: False, 4: False, 6: False}
+    words = _unigram_level([1, 2, 3, 4, 6], left, finals, base, seeds=3)["en"]
+    assert words.startswith("Without residual, 2, 3, 4, 6 layers do not leave the plateau")
+    assert "2 layers end -0.2245 nats from it, within their seed spread: at the unigram level" in words
+    assert "3, 4 layers end +0.0010 to +0.0011 nats from it, above it beyond" in words
+    assert "6 layers end -0.2035 nats from it, below it beyond their seed spread" in words
+    one = _unigram_level([3], {3: False}, {(3, "none"): [3.3055]}, base, seeds=1)["en"]
+    assert "one seed, so no spread" in one and "at the unigram level:" not in one
+    assert _unigram_level([1], {1: True}, {}, base, 3)["en"].startswith("No model without")
+
+
 def test_ngram_baselines_by_hand():
     import math
 

@@ -194,20 +194,25 @@ def _plateau(depths: list[int], left: dict, base: Baselines, b: Budget) -> Text:
 
 def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
                    seeds: int) -> Text:
+    """Where each stuck depth ends against the unigram baseline of the same tokens: at
+    it (within its seed spread), or above or below it beyond that spread."""
     stuck = [d for d in depths if not left[d]]
     if not stuck:
         return phrase("residual.unigram.none_stuck")
-    diffs = [mean(finals[(d, "none")]) - base.unigram for d in stuck]
-    within = [d for d, x in zip(stuck, diffs, strict=True)
-              if seeds >= 2 and abs(x) <= spread(finals[(d, "none")])]
+    diffs = {d: mean(finals[(d, "none")]) - base.unigram for d in stuck}
     if seeds < 2:
-        verdict = phrase("residual.unigram.one_seed")
-    elif within:
-        verdict = phrase("residual.unigram.within", depths=_numbers(within))
-    else:
-        verdict = phrase("residual.unigram.none_within")
-    return phrase("residual.unigram.level", depths=_numbers(stuck), span=_span(diffs),
-                  unigram=f"{base.unigram:.4f}", verdict=verdict)
+        return phrase("residual.unigram.level", depths=_numbers(stuck),
+                      unigram=f"{base.unigram:.4f}", parts=phrase(
+                          "residual.unigram.one_seed", span=_span(list(diffs.values()))))
+    groups: dict[str, list[int]] = {"at": [], "above": [], "below": []}
+    for d, x in diffs.items():
+        noise = spread(finals[(d, "none")])
+        groups["at" if abs(x) <= noise else "above" if x > 0 else "below"].append(d)
+    parts = [phrase(f"residual.unigram.{where}", depths=_numbers(ds),
+                    span=_span([diffs[d] for d in ds]))
+             for where, ds in groups.items() if ds]
+    return phrase("residual.unigram.level", depths=_numbers(stuck),
+                  unigram=f"{base.unigram:.4f}", parts=joined(parts, "clauses"))
 
 
 def _numbers(values: list[int]) -> Text:
