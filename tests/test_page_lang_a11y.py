@@ -99,6 +99,8 @@ def test_hover_reads_out_the_value(live, browser):
 
 def test_block_diagram_animates_the_data_path(live, browser):
     page, _ = open_page(browser, live + "#lang=en&preset=course")
+    # the path is built from the anatomy stages the page fetches: wait for them
+    page.wait_for_function("() => DL.blockPath().length > 0")
     steps = page.evaluate("() => DL.blockPath()")
     assert [s["kind"] for s in steps[:5]] == ["read", "norm", "transform", "add", "read"]
     page.select_option("#b-placement", "post")
