@@ -209,7 +209,8 @@ def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
         noise = spread(finals[(d, "none")])
         groups["at" if abs(x) <= noise else "above" if x > 0 else "below"].append(d)
     parts = [phrase(f"residual.unigram.{where}", depths=_numbers(ds),
-                    span=_span([diffs[d] for d in ds]))
+                    span=_span([diffs[d] for d in ds]),
+                    spread=f"{max(spread(finals[(d, 'none')]) for d in ds):.4f}")
              for where, ds in groups.items() if ds]
     return phrase("residual.unigram.level", depths=_numbers(stuck),
                   unigram=f"{base.unigram:.4f}", parts=joined(parts, "clauses"))
