@@ -59,6 +59,9 @@ def _cjk_font() -> str | None:
     return None
 
 
+LEGEND_INSIDE_MAX = 6  # series; with more, the legend goes beside the axes
+
+
 def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
     """One chart as PNG and SVG; labels in English and Chinese when a CJK font exists."""
     import matplotlib
@@ -72,7 +75,8 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
     with plt.rc_context({**rc, "svg.hashsalt": "depthlab", "axes.unicode_minus": False}):
         from matplotlib.ticker import MaxNLocator
 
-        fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=110)
+        crowded = len(spec["series"]) > LEGEND_INSIDE_MAX  # a legend that would hide lines
+        fig, ax = plt.subplots(figsize=(10.5 if crowded else 7.5, 4.6), dpi=110)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         for s in spec["series"]:
             xs = [x for x, y in zip(s["x"], s["y"], strict=True) if y is not None]
@@ -92,7 +96,10 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
         ax.set_xlabel(label(spec["x_label"]), fontsize=9)
         ax.set_ylabel(label(spec["y_label"]), fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if crowded:
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        else:
+            ax.legend(fontsize=8)
         fig.tight_layout()
         paths = []
         for ext in ("png", "svg"):
