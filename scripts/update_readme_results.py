@@ -21,14 +21,15 @@ from depthlab.experiments import EXPERIMENTS
 from depthlab.experiments.report import summary_markdown
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
-EXPLAINING_CHARTS = {"collapse"}
+EXPLAINING_CHARTS = {"collapse", "first_token"}  # why: the collapse, the sink per layer
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 
 
 def readme_charts(charts: list[dict]) -> list[dict]:
     """The headline chart of an experiment, plus the one that shows why where there is
-    one (the collapse: gradients per block and the top write over steps)."""
+    one (the collapse: gradients per block and the top write over steps; the
+    first-token share per layer beside SmolLM2)."""
     return [charts[0]] + [c for c in charts[1:] if c["id"] in EXPLAINING_CHARTS]
 
 
