@@ -48,7 +48,6 @@ from depthlab.hooks import _global_hooks_set
 from depthlab.model.attention import Attention, KVCache, rotate_half
 from depthlab.model.ffn import MLP, SwiGLU
 from depthlab.model.norms import DyT, LayerNorm, RMSNorm, ZeroCenteredRMSNorm
-from depthlab.model.residual_base import Residual
 from depthlab.model.transformer import Block, Transformer
 
 Norm = Callable[[torch.Tensor], torch.Tensor]
