@@ -21,6 +21,9 @@ from depthlab.errors import ConfigError, read_json_object
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt")
+# Each norm's name as the block diagram and the tables print it (one entry per key of NORMS).
+NORM_LABELS = {"none": "", "layernorm": "LayerNorm", "rmsnorm": "RMSNorm",
+               "rmsnorm_zero_centered": "RMSNorm (1+w)", "dyt": "DyT"}
 PLACEMENTS = ("pre", "post", "sandwich", "output")
 # depthlab.model.residual:
 RESIDUALS = ("none", "plain", "scaled", "rezero", "deepnorm", "hc", "mhc", "attnres")
