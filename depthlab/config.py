@@ -21,6 +21,9 @@ from depthlab.errors import ConfigError, read_json_object
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt")
+# Each norm's name as the block diagram and the tables print it (one entry per key of NORMS).
+NORM_LABELS = {"none": "", "layernorm": "LayerNorm", "rmsnorm": "RMSNorm",
+               "rmsnorm_zero_centered": "RMSNorm (1+w)", "dyt": "DyT"}
 PLACEMENTS = ("pre", "post", "sandwich", "output")
 # depthlab.model.residual:
 RESIDUALS = ("none", "plain", "scaled", "rezero", "deepnorm", "hc", "mhc", "attnres")
@@ -39,6 +42,15 @@ MAX_LR = 10.0
 # `model describe` overflows its 64-bit sizes.
 MAX_INT = 2**31 - 1
 MAX_PARAMS = 2**48
+
+
+def residual_params_per_write(residual: str, d: int, n: int) -> int:
+    """What one write's residual learns (depthlab.model.residual, hyper, depth_attention),
+    for d_model d and n streams: rezero its alpha; hc A (n x n+1), B (n), W_a (d x n+1),
+    W_b (d) and two scales; mhc a [(2+n) n, n d] projection, its bias and three scales;
+    attnres a query of d. tests/test_reliability.py holds these to the built model."""
+    return {"rezero": 1, "hc": n * (n + 1) + n + d * (n + 1) + d + 2,
+            "mhc": (2 + n) * n * (n * d + 1) + 3, "attnres": d}.get(residual, 0)
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,8 @@ class ModelConfig:
         ffn = (3 if self.ffn == "swiglu" else 2) * d * f
         embed = self.vocab_size * d + (self.context_len * d if self.position == "learned" else 0)
         head = 0 if self.tie_embeddings else self.vocab_size * d
-        return embed + self.n_layers * (attn + ffn + 4 * d) + head + d
+        residual = self.n_writes * residual_params_per_write(self.residual, d, self.streams)
+        return embed + self.n_layers * (attn + ffn + 4 * d) + residual + head + d
 
     @property
     def write_scale(self) -> float:

@@ -17,20 +17,51 @@ import torch
 
 from depthlab.errors import UserError
 from depthlab.model.attention import KVCache
-from depthlab.model.decode import DecodeStep, unsupported
+from depthlab.model.decode import DecodeStep, agrees, unsupported
 
 
-def _next_logits(model: torch.nn.Module, seq: list[int], cache: KVCache | None,
-                 step: DecodeStep | None, device: torch.device) -> torch.Tensor:
-    """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks:
-    one new token through `step` while no hook is attached, else the model's forward."""
-    if cache is not None and len(seq) <= model.cfg.context_len:
+class _Stepper:
+    """The next token's logits, through the decode step where it may run.
+
+    The step's first token is computed both ways, the step's first (it writes its own
+    keys and values into the cache), then the readable forward's over the same cache slot;
+    the step is kept only when the two agree (`decode.agrees`). So a model whose readable
+    forward computes something the step does not (a change the config cannot show)
+    generates on the readable path, and `dropped` says why."""
+
+    def __init__(self, model: torch.nn.Module, cache: KVCache | None, n_tokens: int,
+                 device: torch.device) -> None:
+        self.model, self.cache, self.device = model, cache, device
+        self.step: DecodeStep | None = None
+        self.checked, self.dropped = False, None
+        if cache is not None and n_tokens > 1:
+            self.dropped = unsupported(model, cache)
+            if self.dropped is None:
+                self.step = DecodeStep(model, cache)
+
+    def __call__(self, seq: list[int]) -> torch.Tensor:
+        """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks."""
+        model, cache, device = self.model, self.cache, self.device
+        if cache is None or len(seq) > model.cfg.context_len:
+            window = seq[-model.cfg.context_len:]
+            return model(torch.tensor([window], dtype=torch.long, device=device))[0, -1].float()
+        step = self.step
         if step is not None and len(seq) == cache.length + 1 and not step.hooks_attached():
-            return step(seq[-1]).float()
-        new = torch.tensor([seq[cache.length:]], dtype=torch.long, device=device)
-        return model(new, cache=cache, logits_to_keep=1)[0, -1].float()
-    window = seq[-model.cfg.context_len:]
-    return model(torch.tensor([window], dtype=torch.long, device=device))[0, -1].float()
+            if self.checked:
+                return step(seq[-1]).float()
+            fast = step(seq[-1]).float()
+            cache.length -= 1  # the readable forward rewrites the slot the step just wrote
+            readable = self._readable(seq)
+            self.checked = True
+            if not agrees(fast, readable):
+                self.step, self.dropped = None, "its first token differs from the readable forward"
+            return readable
+        return self._readable(seq)
+
+    def _readable(self, seq: list[int]) -> torch.Tensor:
+        cache = self.cache
+        new = torch.tensor([seq[cache.length:]], dtype=torch.long, device=self.device)
+        return self.model(new, cache=cache, logits_to_keep=1)[0, -1].float()
 
 
 # Bounds on one request. Without a KV cache every new token is a full forward pass over
@@ -73,15 +104,14 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     model.eval()
     context = model.cfg.context_len
     seq = list(ids)
-    cache = step = None
+    cache = None
     if use_cache:  # room for what this call can reach, not the whole context (32k for some)
         capacity = min(context, len(ids) + n_tokens)
         cache = KVCache(model.cfg, 1, capacity, next(model.parameters()).dtype, device)
-        if n_tokens > 1 and unsupported(model, cache) is None:  # else the readable forward
-            step = DecodeStep(model, cache)
+    next_logits = _Stepper(model, cache, n_tokens, device)
     out: list[int] = []
     for _ in range(n_tokens):
-        logits = _next_logits(model, seq, cache, step, device)
+        logits = next_logits(seq)
         if greedy:
             nxt = int(logits.argmax())
         else:

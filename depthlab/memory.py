@@ -10,7 +10,9 @@ once and refuses with the estimate and the limit instead:
     activations           what autograd keeps for backward, per micro-batch:
                           per block ~(18 d + 5 d_ff) floats per token plus the
                           attention scores (3 x heads x seq x seq per sequence),
-                          and 4 copies of the logits (tokens x vocab)
+                          and 4 copies of the logits (tokens x vocab);
+                          the residual's own state where it is wider than
+                          one stream (`residual_floats`)
 
 The coefficients are calibrated on the measured peak RSS of two training steps of
 the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
@@ -40,13 +42,25 @@ class MemoryEstimate:
         return self.weights + self.optimizer + self.activations
 
 
+def residual_floats(m: ModelConfig) -> int:
+    """Floats per token that a wide residual keeps for backward over all its writes, beyond
+    one stream's: hc ~4 n d a write (n copies, read and mixed), mhc that plus its 20
+    Sinkhorn steps over n x n, attnres the history it concatenates (write k holds k + 1
+    entries). Fitted to the measured peak of a training step of the course model at
+    n = 1, 4 and 16 (hc 3.0-3.6 n d, mhc 4.1-8.5 n d, attnres ~1.7 k d)."""
+    d, n, W = m.d_model, m.streams, m.n_writes
+    per_write = {"hc": 4 * n * d, "mhc": 4 * n * d + 40 * n * n}.get(m.residual, 0)
+    history = W * (W + 1) * d if m.residual == "attnres" else 0
+    return W * per_write + history
+
+
 def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
     """Bytes held at once by a forward (and, when training, backward) pass of `batch`
     sequences of `seq` tokens."""
     n = m.approx_params
     tokens = batch * seq
     per_block = tokens * (18 * m.d_model + 5 * m.ffn_hidden) + 3 * batch * m.n_heads * seq * seq
-    acts = m.n_layers * per_block + 4 * tokens * m.vocab_size
+    acts = m.n_layers * per_block + 4 * tokens * m.vocab_size + tokens * residual_floats(m)
     if not training:  # no graph is kept: one block's worth plus the logits
         acts = per_block + 2 * tokens * m.vocab_size
     return MemoryEstimate(n, FLOAT * n, 3 * FLOAT * n if training else 0, FLOAT * acts)

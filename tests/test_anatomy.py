@@ -264,3 +264,35 @@ def test_stages_cover_every_switch(placement, residual, norm):
         assert where == {"post": 2, "output": 1}.get(placement, -1)
     assert {s.key: s.layers for s in a.stages}["ffn"] == 3  # one block counted, three stand
     assert ("final_norm" in keys) == (norm != "none")
+
+
+# One switch at a time, including those whose blocks differ (value_residual: block 0 has
+# no mix) and those that learn residual parameters.
+COUNTED = [{}, {"value_residual": True}, {"residual": "rezero"}, {"residual": "hc", "streams": 3},
+           {"residual": "mhc", "streams": 2}, {"residual": "attnres"}, {"norm": "dyt"},
+           {"residual": "deepnorm", "placement": "post"}, {"attn_gate": True, "qk_norm": True},
+           {"n_layers": 1, "value_residual": True}]
+
+
+@pytest.mark.parametrize("changes", COUNTED, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "course")
+def test_the_page_and_model_describe_count_the_same_parameters_as_the_model(changes):
+    """The anatomy, `model describe` and the built model itself agree to the parameter."""
+    from dataclasses import replace
+
+    import torch
+
+    from depthlab.model import Transformer
+    from depthlab.model.summary import summarize
+    from depthlab.presets import get_preset
+    from depthlab.probes import anatomy
+
+    m = replace(get_preset("course").model, **({"vocab_size": 64, "d_model": 32} | changes))
+    torch.manual_seed(0)
+    built = Transformer(m)
+    real = sum(p.numel() for p in built.parameters())
+    a, s = anatomy(m, tokens=4), summarize(m)
+    assert a.total_params == s.total_params == real
+    assert sum(st.params for st in a.stages) == real
+    assert a.params_by_component == s.params_by_component
+    last = sum(p.numel() for p in built.blocks[-1].parameters())
+    assert a.params_per_layer["total"] == s.params_per_block == last

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 
 from depthlab.cli import main
 from depthlab.hf import model_config_from_hf
+from depthlab.hf.mapping import LLAMA_NAMES
 from depthlab.hf.weights import hf_name
 from depthlab.model import Transformer
 from depthlab.presets import tiny
@@ -125,7 +126,7 @@ def hf_dir(tmp: Path, change: dict | None = None, weights: bool = True,
     (folder / "config.json").write_text(json.dumps(raw))
     if weights:
         model_cfg, _ = model_config_from_hf(HF_BASE)
-        state = {hf_name(k): v for k, v in Transformer(model_cfg).state_dict().items()}
+        state = {hf_name(k, LLAMA_NAMES): v for k, v in Transformer(model_cfg).state_dict().items()}
         save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     if mutate:
         mutate(folder)

@@ -82,3 +82,49 @@ def test_plain_arithmetic_norms_match_the_models_classes(x, eps):
     assert n.variance == pytest.approx(t.var(unbiased=False).item(), rel=1e-12,
                                        abs=1e-15 * scale**2)
     assert n.rms == pytest.approx(math.sqrt(t.pow(2).mean().item()), rel=1e-12)
+
+
+# The modules that import without torch: everything a torch-free command, the page's
+# server start or a config check needs. torch is imported inside the functions that
+# compute (the one rule for in-function imports of torch); a module added here stays so.
+TORCH_FREE = [
+    "depthlab", "depthlab.atomic", "depthlab.config", "depthlab.errors", "depthlab.locales",
+    "depthlab.memory", "depthlab.presets", "depthlab.progress", "depthlab.corpus",
+    "depthlab.metrics", "depthlab.rundir", "depthlab.tokenizer",
+    "depthlab.cli", "depthlab.cli.anatomy_cmd", "depthlab.cli.common", "depthlab.cli.experiment_cmd",
+    "depthlab.cli.generate_cmd", "depthlab.cli.hf_cmd", "depthlab.cli.model_cmd",
+    "depthlab.cli.probe_cmd", "depthlab.cli.realmodel_report", "depthlab.cli.run_probe_cmd",
+    "depthlab.cli.serve_cmd", "depthlab.cli.table", "depthlab.cli.train_cmd",
+    "depthlab.experiments", "depthlab.experiments.registry", "depthlab.experiments.report",
+    "depthlab.experiments.runner", "depthlab.experiments.spec", "depthlab.experiments.wording",
+    "depthlab.hf", "depthlab.hf.config_map", "depthlab.hf.mapping", "depthlab.hf.mapping_doc",
+    "depthlab.probes", "depthlab.probes.anatomy", "depthlab.probes.exact", "depthlab.probes.stages",
+    "depthlab.probes.simulator_bounds", "depthlab.probes.jsonsafe",
+    "depthlab.web", "depthlab.web.app", "depthlab.web.compute", "depthlab.web.export",
+    "depthlab.web.guard", "depthlab.web.lesson", "depthlab.web.runs", "depthlab.web.schemas",
+]
+IMPORT_EACH = """
+import importlib, json, sys
+loaded = None
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    if "torch" in sys.modules:
+        loaded = name
+        break
+print(json.dumps(loaded))
+"""
+
+
+def test_the_torch_free_modules_import_without_torch():
+    """In a fresh interpreter, one after another; the first that loads torch is named."""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH, *TORCH_FREE], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=120, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) is None
+
+
+def test_the_torch_free_check_sees_a_module_that_loads_torch():
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH, "depthlab.config", "depthlab.model"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=True)
+    assert json.loads(done.stdout.splitlines()[-1]) == "depthlab.model"

@@ -96,3 +96,10 @@ def test_derived_sizes():
     assert ModelConfig(n_layers=4).n_writes == 8
     assert validate_model(ModelConfig(head_dim=48, d_model=128, n_heads=4)).head_size == 48
     assert validate(course()) == course()
+
+
+def test_every_norm_has_its_diagram_label():
+    from depthlab.config import NORM_LABELS, NORMS
+
+    assert tuple(NORM_LABELS) == NORMS
+    assert all(NORM_LABELS[k] for k in NORMS if k != "none")

@@ -2,6 +2,7 @@
 the same logits and the same cache contents for every switch of the model; it steps
 aside for hooks, for the residuals and norms it does not handle, and for large models."""
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -9,7 +10,8 @@ import torch
 from torch.nn.modules import module as nn_module
 
 import depthlab.model.decode as decode
-from depthlab.generate import generate
+from depthlab.config import ModelConfig
+from depthlab.generate import _Stepper, generate
 from depthlab.model import Transformer
 from depthlab.model.attention import KVCache
 from depthlab.model.decode import DecodeStep, unsupported
@@ -102,9 +104,9 @@ def test_decode_step_matches_the_readable_forward_for_every_preset(preset, seed)
 
 
 @pytest.mark.parametrize("changes,reason", [
-    ({"residual": "hc", "streams": 2}, "widened residual"),
-    ({"residual": "mhc", "streams": 4}, "widened residual"),
-    ({"residual": "attnres"}, "widened residual"),
+    ({"residual": "hc", "streams": 2}, "model.residual=hc, which the decode step does not"),
+    ({"residual": "mhc", "streams": 4}, "model.residual=mhc, which the decode step does not"),
+    ({"residual": "attnres"}, "model.residual=attnres, which the decode step does not"),
     ({"qk_norm": True, "norm": "layernorm"}, "QK-norm other than RMSNorm"),
 ])
 def test_models_the_step_does_not_handle_generate_the_same_tokens_on_the_readable_path(
@@ -222,3 +224,71 @@ def test_logits_to_keep_gives_the_last_positions_of_the_full_pass():
     assert last.shape == (2, 1, 97) and three.shape == (2, 3, 97)
     torch.testing.assert_close(last, full[:, -1:])
     torch.testing.assert_close(three, full[:, -3:])
+
+
+def test_every_config_field_has_a_decode_story():
+    """A new ModelConfig field fails here until decode.IMPLEMENTS says which of its values
+    the step computes (or that it only sets where the weights start: ANY)."""
+    assert {f.name for f in dataclasses.fields(ModelConfig)} == set(decode.IMPLEMENTS)
+
+
+def test_a_switch_the_step_does_not_declare_falls_back_with_its_name(monkeypatch):
+    model = model_for("course", 11, qk_norm=True)
+    cache = KVCache(model.cfg, 1, 8, torch.float32, "cpu")
+    assert unsupported(model, cache) is None
+    monkeypatch.delitem(decode.IMPLEMENTS, "qk_norm")  # as if qk_norm were new
+    assert unsupported(model, cache) == "model.qk_norm=True, which the decode step does not implement"
+    plain = model_for("course", 11)  # the undeclared field at its default changes nothing
+    assert unsupported(plain, KVCache(plain.cfg, 1, 8, torch.float32, "cpu")) is None
+
+
+def test_a_subclass_of_a_known_module_falls_back():
+    model = model_for("course", 12)
+
+    class Softer(type(model.blocks[0].mlp)):
+        pass
+
+    model.blocks[0].mlp.__class__ = Softer
+    assert "class Softer" in unsupported(model, KVCache(model.cfg, 1, 8, torch.float32, "cpu"))
+
+
+def test_a_readable_forward_the_step_does_not_know_generates_the_readable_tokens(monkeypatch):
+    """A logit softcap added to unembed only (no config switch): the step cannot know it;
+    its first token is checked against the readable forward, found different and dropped,
+    so the cached generation samples exactly what the readable path samples."""
+    model = model_for("course", 13)
+    unembed = Transformer.unembed
+    monkeypatch.setattr(Transformer, "unembed", lambda self, x: 0.5 * torch.tanh(unembed(self, x) / 0.5))
+    prompt = [2, 7, 1, 8]
+    cache = KVCache(model.cfg, 1, 30, torch.float32, "cpu")
+    stepper = _Stepper(model, cache, 20, torch.device("cpu"))
+    assert stepper.dropped is None and stepper.step is not None  # the config says nothing
+    with torch.inference_mode():
+        seq = list(prompt)
+        for _ in range(3):
+            logits = stepper(seq)
+            assert float(logits.abs().max()) <= 0.5
+            seq.append(int(logits.argmax()))
+    assert stepper.step is None and "differs from the readable forward" in stepper.dropped
+    sampled = [generate(model, prompt, 20, temperature=1.0, seed=s) for s in (3, 4)]
+    assert sampled == [generate(model, prompt, 20, temperature=1.0, seed=s, use_cache=False)
+                       for s in (3, 4)]
+
+
+def test_the_first_step_check_keeps_the_step_when_it_agrees():
+    model = model_for("qwen3", 14)
+    cache = KVCache(model.cfg, 1, 30, torch.float32, "cpu")
+    stepper = _Stepper(model, cache, 20, torch.device("cpu"))
+    with torch.inference_mode():
+        seq = [3, 3, 4]
+        for _ in range(5):
+            seq.append(int(stepper(seq).argmax()))
+    assert stepper.checked and stepper.step is not None and stepper.dropped is None
+    assert cache.length == len(seq) - 1
+
+
+def test_agreement_is_rounding_not_a_change_of_computation():
+    readable = torch.tensor([3.0, -1.0, 0.25])
+    assert decode.agrees(readable + 1e-6, readable)
+    assert not decode.agrees(readable + 0.01, readable)
+    assert not decode.agrees(torch.tensor([3.0, float("nan"), 0.25]), readable)

@@ -241,3 +241,24 @@ def test_trained_run_exports(tmp_path, monkeypatch, capsys):
     text = "whether tis nobler"
     tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
     assert tok(text)["input_ids"] == rundir.load_tokenizer(run).encode(text)
+
+
+def test_the_converter_reads_each_familys_tensor_names(tmp_path, monkeypatch):
+    """Export and import name tensors by the family's own table (mapping.FAMILIES), not by
+    Llama's: a family whose table says otherwise gets its own names both ways."""
+    from depthlab.hf import mapping
+    from depthlab.hf.weights import weight_files
+
+    other = replace(mapping.LLAMA_NAMES, layer_prefix="transformer.h.",
+                    top=(("embed_tokens.", "transformer.wte."), ("final_norm.", "transformer.ln_f."),
+                         ("lm_head.", "lm_head.")))
+    monkeypatch.setitem(mapping.FAMILIES, "qwen3", replace(mapping.FAMILIES["qwen3"], weights=other))
+    run, hf_dir, back = tmp_path / "run", tmp_path / "hf", tmp_path / "back"
+    model = _random_run(run, "qwen3")
+    assert main(["hf", "export", str(run), "--out", str(hf_dir)]) == 0
+    names = set(weight_files(hf_dir))
+    assert "transformer.wte.weight" in names and "transformer.h.1.self_attn.q_norm.weight" in names
+    assert not any(n.startswith("model.") for n in names)
+    import_checkpoint(hf_dir, back)
+    again, _ = rundir.load_model(back)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in again.state_dict().items())

@@ -14,6 +14,7 @@ from depthlab import rundir
 from depthlab.cli import main
 from depthlab.config import Config, ModelConfig
 from depthlab.hf import hf_config_from_model, model_config_from_hf
+from depthlab.hf.mapping import LLAMA_NAMES
 from depthlab.hf.weights import hf_name
 from depthlab.model import Transformer
 
@@ -32,7 +33,7 @@ def write_hf(hf_dir: Path, raw: dict, weights: bool = True) -> Path:
     (hf_dir / "config.json").write_text(json.dumps(raw))
     if weights:
         model_cfg, _ = model_config_from_hf(raw)
-        state = {hf_name(k): v for k, v in Transformer(model_cfg).state_dict().items()}
+        state = {hf_name(k, LLAMA_NAMES): v for k, v in Transformer(model_cfg).state_dict().items()}
         save_file(state, str(hf_dir / "model.safetensors"), metadata={"format": "pt"})
     return hf_dir
 

@@ -269,6 +269,23 @@ def test_parameter_estimate_matches_the_model(name):
     assert abs(m.approx_params / summarize(m).total_params - 1) < 0.01
 
 
+WIDE = [{"residual": "rezero"}, {"residual": "attnres"}, {"residual": "hc", "streams": 1},
+        {"residual": "hc", "streams": 5}, {"residual": "mhc", "streams": 3},
+        {"residual": "mhc", "streams": 16}]
+
+
+@pytest.mark.parametrize("changes", WIDE, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_residual_parameters_per_write_are_the_built_models(changes):
+    from depthlab.config import residual_params_per_write
+    from depthlab.model import Transformer
+
+    m = replace(get_preset("course").model, vocab_size=64, d_model=48, n_heads=4, **changes)
+    model = Transformer(m)
+    learned = sum(p.numel() for name, p in model.named_parameters() if "_residual." in name)
+    assert learned == m.n_writes * residual_params_per_write(m.residual, m.d_model, m.streams)
+    assert abs(m.approx_params / summarize(m).total_params - 1) < 0.01
+
+
 PEAK = """
 import sys
 import torch
@@ -277,7 +294,9 @@ torch.set_num_threads(1)
 from depthlab.presets import get_preset
 from depthlab.model import Transformer
 from depthlab.train.optim import make_optimizer
+import dataclasses, json
 cfg = get_preset(sys.argv[1]); tc = cfg.train
+cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **json.loads(sys.argv[2])))
 import os
 base = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 model = Transformer(cfg.model); opt = make_optimizer(model, tc)
@@ -292,12 +311,18 @@ print((hwm - base) * 1024)
 """
 
 
-@pytest.mark.parametrize("name", ["course", "gpt2"])
-def test_memory_estimate_is_within_a_factor_of_the_measured_peak(name):
+@pytest.mark.parametrize("name,changes", [
+    ("course", {}), ("gpt2", {}), ("course", {"residual": "hc", "streams": 8}),
+    ("course", {"residual": "mhc", "streams": 16}), ("course", {"residual": "attnres"})])
+def test_memory_estimate_is_within_a_factor_of_the_measured_peak(name, changes):
+    """Within 2x of the peak for every residual: hc/mhc's n copies of the stream and
+    attnres's history are counted (without them mhc at 16 streams read 0.2x)."""
     cfg = get_preset(name)
+    cfg = replace(cfg, model=replace(cfg.model, **changes))
     est = estimate(cfg.model, cfg.train.batch_size, cfg.train.seq_len, training=True)
     assert est.weights == 4 * cfg.model.approx_params and est.optimizer == 3 * est.weights
-    out = subprocess.run([sys.executable, "-c", PEAK, name], cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", PEAK, name, json.dumps(changes)], cwd=REPO,
+                         capture_output=True,
                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     peak = int(out.stdout.strip())
     assert 0.5 < est.total / peak < 2.0, (est.total, peak)

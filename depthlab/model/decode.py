@@ -27,22 +27,27 @@ from about 1.2 ms to 0.5 ms, of the d 256 x 8-layer one from 6 ms to 3 ms (of wh
 
 The readable `Block` / `Attention` forward stays the reference and the one that runs
 whenever a hook is attached (it is what probes see); `generate` checks that before
-every step. tests/test_decode.py checks the two agree for every switch of the model.
+every step. Which models the step runs is decided from the config, fail-safe
+(`IMPLEMENTS`), and `generate` computes the step's first token both ways and keeps the
+readable path when they differ, so a change to the readable forward that the step does
+not know (a logit softcap, say) costs speed, never a different token.
+tests/test_decode.py checks the two agree for every switch of the model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.config import FFNS, NORM_SCALES, NORMS, PLACEMENTS, POSITIONS, ModelConfig
 from depthlab.hooks import _global_hooks_set
 from depthlab.model.attention import Attention, KVCache, rotate_half
 from depthlab.model.ffn import MLP, SwiGLU
 from depthlab.model.norms import DyT, LayerNorm, RMSNorm, ZeroCenteredRMSNorm
-from depthlab.model.residual_base import Residual
 from depthlab.model.transformer import Block, Transformer
 
 Norm = Callable[[torch.Tensor], torch.Tensor]
@@ -220,34 +225,65 @@ class _Block:
         return x, v_first
 
 
+# What `DecodeStep` implements, one entry per ModelConfig field: the values it computes
+# as `Block.forward` does (ANY: every valid value). A field with no entry, or a value
+# outside its set, sends `generate` to the readable forward with the reason, and
+# tests/test_decode.py fails when ModelConfig gains a field that has no entry here: a new
+# switch cannot reach the step without someone deciding how the step computes it.
+ANY = None
+IMPLEMENTS: dict[str, frozenset | None] = {
+    "vocab_size": ANY, "context_len": ANY, "n_layers": ANY, "d_model": ANY,
+    "n_heads": ANY, "n_kv_heads": ANY, "head_dim": ANY, "d_ff": ANY,
+    "ffn": frozenset(FFNS), "ffn_clamp": ANY,
+    "norm": frozenset(NORMS), "norm_eps": ANY, "placement": frozenset(PLACEMENTS),
+    "residual": frozenset({"none", "plain", "scaled", "rezero", "deepnorm"}),  # one stream
+    "norm_scale": frozenset(NORM_SCALES), "value_residual": ANY,
+    "streams": frozenset({1}),
+    "final_norm": ANY, "qk_norm": ANY, "attn_gate": ANY,
+    "position": frozenset(POSITIONS), "rope_theta": ANY,
+    "bias": ANY, "qkv_bias": ANY, "tie_embeddings": ANY,
+    "init_std": ANY, "init_gain": ANY, "scaled_init": ANY,  # where the weights start: no forward
+}
+# The module classes the step reads its weights from; a subclass may compute otherwise.
+# (The residual's class is the config's `residual`, checked above.)
+KNOWN_MODULES = (Transformer, Block, Attention, MLP, SwiGLU, LayerNorm, RMSNorm,
+                 ZeroCenteredRMSNorm, DyT)
+
+
+def _config_reason(cfg: ModelConfig) -> str | None:
+    """The first switch of `cfg` that IMPLEMENTS does not cover, said as the user sets it."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.name not in IMPLEMENTS:
+            if value != f.default:
+                return f"model.{f.name}={value}, which the decode step does not implement"
+            continue
+        allowed = IMPLEMENTS[f.name]
+        if allowed is not ANY and value not in allowed:
+            return f"model.{f.name}={value}, which the decode step does not implement"
+    if cfg.qk_norm and cfg.norm not in ("rmsnorm", "rmsnorm_zero_centered"):
+        return "a QK-norm other than RMSNorm"  # the step runs q's and k's rows as one RMSNorm
+    return None
+
+
 def unsupported(model: nn.Module, cache: KVCache) -> str | None:
-    """Why `DecodeStep` cannot run this model with this cache, or None when it can."""
+    """Why `DecodeStep` cannot run this model with this cache, or None when it can:
+    decided from the config (IMPLEMENTS), then from what the config does not say (the
+    module classes, the dtype, the cache's batch, the memory a copy of the weights takes)."""
     if type(model) is not Transformer:
         return f"{type(model).__name__} is not depthlab's Transformer"
+    reason = _config_reason(model.cfg)
+    if reason is not None:
+        return reason
+    foreign = next((type(m) for m in model.modules()
+                    if isinstance(m, KNOWN_MODULES) and type(m) not in KNOWN_MODULES), None)
+    if foreign is not None:
+        return f"a module of class {foreign.__name__}, a subclass the step does not know"
     dtype = model.embed_tokens.weight.dtype
     if dtype not in (torch.float32, torch.float64):
         return f"{dtype} weights (the norms keep float32 statistics on the readable path)"
     if cache.k.shape[1] != 1:
         return "a cache of more than one sequence"
-    norms = (type(None), LayerNorm, RMSNorm, ZeroCenteredRMSNorm, DyT)
-    for block in model.blocks:
-        attn = block.attn
-        if type(block) is not Block or type(attn) is not Attention:
-            return "a block or attention module of another type"
-        if type(block.mlp) not in (MLP, SwiGLU):
-            return f"an FFN of type {type(block.mlp).__name__}"
-        slots = (block.attn_norm_in, block.attn_norm_out, block.attn_norm_post,
-                 block.mlp_norm_in, block.mlp_norm_out, block.mlp_norm_post)
-        if any(type(n) not in norms for n in slots):
-            return "a norm of another type"
-        qk_norms = {(type(n), n.eps) for n in (attn.q_norm, attn.k_norm) if n is not None}
-        if qk_norms and (len(qk_norms) > 1
-                         or next(iter(qk_norms))[0] not in (RMSNorm, ZeroCenteredRMSNorm)):
-            return "a QK-norm other than RMSNorm"  # the two are one norm over q's and k's rows
-        for residual in (block.attn_residual, block.mlp_residual):
-            if any(getattr(type(residual), f) is not getattr(Residual, f)
-                   for f in ("open", "read", "close")):
-                return f"the widened residual {type(residual).__name__}"
     matrices = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
     if model.lm_head is None:
         matrices.append(model.embed_tokens.weight)  # the tied LM head
@@ -255,6 +291,17 @@ def unsupported(model: nn.Module, cache: KVCache) -> str | None:
     if copied > WEIGHT_COPY_LIMIT:
         return f"a copy of its weights would take {copied / 2**20:,.0f} MiB"
     return None
+
+
+def agrees(fast: torch.Tensor, readable: torch.Tensor) -> bool:
+    """Whether the step's logits are the readable forward's up to float rounding.
+
+    The two differ by rounding only, a few 1e-7 of the logits' size in float32 (at most
+    1.7x the readable cached step's own distance from a full pass, tests/test_decode.py);
+    1e-3 of that size is far above rounding and far below any change in what is computed
+    (a logit softcap, a norm left out, a wrong rotation move logits by whole units)."""
+    scale = max(1.0, float(readable.abs().max()))
+    return bool(torch.isfinite(fast).all()) and float((fast - readable).abs().max()) <= 1e-3 * scale
 
 
 class DecodeStep:

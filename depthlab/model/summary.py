@@ -57,6 +57,47 @@ def stage_of(param_name: str) -> str:
 
 
 @dataclass(frozen=True)
+class ParameterCount:
+    """The one count of a config's parameters, which `model describe` and the page's
+    anatomy both show: by component (whole model), of the last block by component (the
+    block every layer but the first repeats), and of that block and the top by stage."""
+
+    by_component: dict[str, int]
+    block: dict[str, int]  # the last block's, by component, plus "total"
+    by_stage: dict[str, int]  # TOP_STAGES whole, BLOCK_STAGES of the last block
+    stage_totals: dict[str, int]  # every stage over the whole model
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_component.values())
+
+
+def count_parameters(cfg: ModelConfig) -> ParameterCount:
+    """Blocks 1..L-1 have the same parameters, so a two-block model on the meta device
+    stands for all of them: a 1,024-block stack is counted as fast as a 2-block one.
+    Block 0 is counted apart (with value_residual it has no mix of its own)."""
+    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 2)))
+    last = f"blocks.{min(cfg.n_layers, 2) - 1}."
+    by_component: dict[str, int] = {}
+    block: dict[str, int] = {"attention": 0, "ffn": 0, "norm": 0}  # + residual where it learns
+    by_stage: dict[str, int] = {}
+    stage_totals: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        key, stage, n = component_of(name), stage_of(name), p.numel()
+        copies = 1
+        if name.startswith("blocks.") and not name.startswith("blocks.0."):
+            copies = cfg.n_layers - 1
+        by_component[key] = by_component.get(key, 0) + n * copies
+        stage_totals[stage] = stage_totals.get(stage, 0) + n * copies
+        if name.startswith(last) or not name.startswith("blocks."):
+            by_stage[stage] = by_stage.get(stage, 0) + n
+        if name.startswith(last):
+            block[key] = block.get(key, 0) + n
+    block["total"] = sum(block.values())
+    return ParameterCount(by_component, block, by_stage, stage_totals)
+
+
+@dataclass(frozen=True)
 class ModelSummary:
     params_by_component: dict[str, int]
     total_params: int
@@ -70,18 +111,10 @@ def build_meta(cfg: ModelConfig) -> Transformer:
 
 
 def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
-    """Blocks 1..L-1 have the same parameters and shapes, so two blocks are built and
-    traced and stand for all of them: a 1,024-block stack is described as fast as a
-    2-block one. Block 0 is counted apart (with value_residual it has no mix of its own)."""
+    """Parameters from `count_parameters`; shapes traced through two blocks, which stand
+    for all of them (a 1,024-block stack is described as fast as a 2-block one)."""
+    count = count_parameters(cfg)
     model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 2)))
-    by_component: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        key = component_of(name)
-        copies = 1
-        if name.startswith("blocks.") and not name.startswith("blocks.0."):
-            copies = cfg.n_layers - 1
-        by_component[key] = by_component.get(key, 0) + p.numel() * copies
-    per_block = sum(p.numel() for p in model.blocks[-1].parameters())
 
     block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
                     "hook_resid_post"]
@@ -104,4 +137,4 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
         shapes += [(f"blocks.{i}.{s}", traced[f"blocks.{min(i, traced_blocks - 1)}.{s}"])
                    for s in block_stages]
     shapes += [("hook_final", traced["hook_final"]), ("logits", tuple(logits.shape[1:]))]
-    return ModelSummary(by_component, sum(by_component.values()), per_block, shapes)
+    return ModelSummary(count.by_component, count.total, count.block["total"], shapes)

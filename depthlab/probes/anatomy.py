@@ -133,14 +133,15 @@ def anatomy(model: ModelConfig, tokens: int = 5, name: str = "", source: str = "
     """Shapes at every stage for T tokens and parameters per stage, component and layer."""
     _check_tokens(tokens)
     m = validate_model(model)
-    by_component, block, stage_params = param_counts(m)
+    count = param_counts(m)
+    by_component, total = count.by_component, count.total
     d = m.d_model
-    total = sum(by_component.values())
     ffn_params = by_component.get("ffn", 0)
     return Anatomy(
         name=name, source=source, model=m, tokens=tokens,
-        stages=dense_stages(m, tokens, stage_params), params_by_component=by_component,
-        params_per_layer=block, total_params=total, ffn_share=ffn_params / total,
+        stages=dense_stages(m, tokens, count.by_stage, totals=count.stage_totals),
+        params_by_component=by_component, params_per_layer=count.block, total_params=total,
+        ffn_share=ffn_params / total,
         ffn_multiple=m.ffn_hidden / d, q_proj_width=q_width(m), n_writes=m.n_writes,
         init_std=m.init_std,
         residual_init_std=replace(m, scaled_init=True, init_gain=1.0).out_proj_std,

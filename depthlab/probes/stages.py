@@ -7,9 +7,13 @@ Parameters are read from the model code on the meta device, by name
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from depthlab.config import ModelConfig
+
+if TYPE_CHECKING:
+    from depthlab.model.summary import ParameterCount
 
 Shape = tuple[int, ...]
 
@@ -40,14 +44,18 @@ def q_width(m: ModelConfig) -> int:
 
 
 def dense_stages(m: ModelConfig, T: int, params: dict[str, int],
-            rotated: int | None = None) -> tuple[Stage, ...]:
-    """The data flow of a model whose blocks are all alike; `params` per top-level stage
-    and per block stage (one block). `rotated`: head dimensions RoPE turns (all of them)."""
+                 rotated: int | None = None, totals: dict[str, int] | None = None,
+                 ) -> tuple[Stage, ...]:
+    """The data flow of a model whose blocks are alike; `params` per top-level stage and
+    per block stage (one block). `totals`: a block stage's parameters over all blocks where
+    they differ from L x one block's (value_residual: block 0 has no mix of its own).
+    `rotated`: head dimensions RoPE turns (all of them)."""
     d, H, K, E, L = m.d_model, m.n_heads, m.kv_heads, m.head_size, m.n_layers
 
     def block(key: str, label: str = "", inner: tuple = ()) -> Stage:
         n = params.get(key, 0)
-        return Stage(key, (T, d), n * L, L, n, label=label, inner=inner)
+        total = n * L if totals is None else totals.get(key, 0)
+        return Stage(key, (T, d), total, L, n, label=label, inner=inner)
 
     attn_inner = (("q_proj (query" + (" | gate)" if m.attn_gate else ")"), (T, q_width(m))),
                   ("k_proj", (T, K * E)), ("v_proj", (T, K * E)),
@@ -71,24 +79,10 @@ def dense_stages(m: ModelConfig, T: int, params: dict[str, int],
     return tuple(stages)
 
 
-def param_counts(m: ModelConfig) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
-    """Parameters by component, of one block by component, and by stage (one block's for
-    the block stages), from a one-block copy of the model on the meta device (the blocks
-    are identical, so L blocks are L copies of it: building a 95-layer model would take
-    seconds). torch is imported here, not with the module, so listing or validating
-    configs does not wait for it."""
-    from depthlab.model.summary import build_meta, component_of, stage_of
+def param_counts(m: ModelConfig) -> ParameterCount:
+    """`model describe`'s count (depthlab.model.summary.count_parameters), so the page's
+    anatomy and the CLI cannot disagree. torch is imported here, not with the module, so
+    listing or validating configs does not wait for it."""
+    from depthlab.model.summary import count_parameters
 
-    one = build_meta(replace(m, n_layers=1))
-    by_component: dict[str, int] = {}
-    by_stage: dict[str, int] = {}
-    block = {"attention": 0, "ffn": 0, "norm": 0}  # + "residual" where a variant learns scalars
-    for pname, p in one.named_parameters():
-        key = component_of(pname)
-        in_block = pname.startswith("blocks.")
-        by_component[key] = by_component.get(key, 0) + p.numel() * (m.n_layers if in_block else 1)
-        by_stage[stage_of(pname)] = by_stage.get(stage_of(pname), 0) + p.numel()
-        if in_block:
-            block[key] = block.get(key, 0) + p.numel()
-    block["total"] = sum(block.values())
-    return by_component, block, by_stage
+    return count_parameters(m)

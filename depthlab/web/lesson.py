@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from depthlab.config import validate_model
+from depthlab.config import NORM_LABELS, validate_model
 
 
 def block(preset: str, placement: str | None = None) -> dict:
@@ -21,7 +21,8 @@ def block(preset: str, placement: str | None = None) -> dict:
     if placement is not None:  # checked like any config: allowed values, needs a norm
         m = validate_model(replace(m, placement=placement))
     slots = list(NORM_SLOTS[m.placement]) if m.norm != "none" else []
-    return {"preset": preset, "placement": m.placement, "norm": m.norm, "slots": slots,
+    return {"preset": preset, "placement": m.placement, "norm": m.norm,
+            "norm_label": NORM_LABELS[m.norm], "slots": slots,
             "residual": m.residual, "ffn": m.ffn, "ffn_hidden": m.ffn_hidden,
             "d_model": m.d_model, "n_layers": m.n_layers, "writes": m.n_writes,
             "attn_gate": m.attn_gate, "qk_norm": m.qk_norm, "final_norm": m.final_norm,

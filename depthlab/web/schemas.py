@@ -42,8 +42,8 @@ class Switches(_Request):
     """The improved (green) row in the model's vocabulary; none, none is the naive (red) row."""
 
     residual: Literal[RESIDUAL_CHOICES] = Field(  # type: ignore[valid-type]
-        "plain", description="the model's residual (depthlab.model.residual): none x <- F(x), "
-        "plain x + F(x), scaled x + F(x)/sqrt(N), rezero x + a F(x) with a = 0 at init")
+        "plain", description="the model's residual, a key of its registry (depthlab.model.residual): "
+        + ", ".join(RESIDUAL_CHOICES) + "; none is x <- F(x), plain x + F(x)")
     norm: Literal[NORMS] = Field(  # type: ignore[valid-type]
         "none", description="rmsnorm: the model's RMSNorm on each sublayer's input (Pre-Norm)")
 

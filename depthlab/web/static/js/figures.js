@@ -219,7 +219,7 @@
     const BW = 150;
     const BH = 30;
     const GAP = 14;
-    const normName = b.norm === "layernorm" ? "LayerNorm" : b.norm === "rmsnorm_zero_centered" ? "RMSNorm (1+w)" : "RMSNorm";
+    const normName = b.norm_label; // the server's name for the config's norm (config.NORM_LABELS)
     const items = []; // [kind, y (upward), ...]
     const steps = []; // {kind, sub}
     const step = (kind, sub) => steps.push({ kind, sub }) - 1;
