@@ -11,9 +11,18 @@ from pathlib import Path
 
 
 class UserError(Exception):
-    """A problem with the user's input; the message is shown as it is."""
+    """A problem with the user's input; the message is shown as it is.
+
+    The page's server also gives some a locale `key` and its `params`
+    (depthlab.web.messages), so the page can say them in its own language."""
 
     exit_code = 2
+
+    def __init__(self, message: str = "", *, key: str | None = None,
+                 params: dict[str, str | int | float] | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.params = params or {}
 
 
 class ConfigError(UserError, ValueError):

@@ -396,7 +396,7 @@ def test_sentences_fill_each_language_with_its_own_words():
                        phrase("attn-gate.name.ungated"), phrase("attn-gate.name.gated"))
     assert one["en"] == ("Validation loss (d 128): the gated model ends 0.5000 nats higher than the "
                          "ungated model (3.5000 vs 3.0000; 1 seed, spread not measured).")
-    assert one["zh"].startswith("验证损失(d 128):带门控模型最终比无门控模型高 0.5000 nats")
+    assert one["zh"].startswith("验证损失（d 128）：带门控模型最终比无门控模型高 0.5000 nats")
     assert "1 个种子" in one["zh"]
     noisy = gap_sentence(same("x"), [3.0, 3.4], [3.1, 3.5], same("a"), same("b"))
     assert "no difference is claimed" in noisy["en"] and "2 seeds, spread ±0.4000" in noisy["en"]

@@ -150,7 +150,7 @@ def test_a_difference_is_claimed_only_beyond_the_seed_spread_in_both_languages()
     assert "hc 1.8100 ± 0.0100 (-0.2100)" in lower and "rezero" not in lower
     assert "scaled 2.3100 ± 0.0100 (+0.2900)" in higher
     assert "rezero 2.0300 ± 0.0200 (+0.0100)" in within
-    assert "hc 1.8100 ± 0.0100 (-0.2100)" in sentence["zh"].split("更低:")[1].split("。")[0]
+    assert "hc 1.8100 ± 0.0100 (-0.2100)" in sentence["zh"].split("更低：")[1].split("。")[0]
     rows = {(r[0], r[1]): r for r in report.table["rows"]}
     assert rows[(3, "rezero")][3] == "+0.0100 (within spread)"
     assert rows[(3, "hc")][3] == "-0.2100"

@@ -74,7 +74,8 @@ def test_foreign_origin_is_refused_even_with_the_token(client, token, spawned, o
     for path, body in ((RUN, {"budget": "micro"}), ("/api/simulate", {"n": 4})):
         r = client.post(path, json=body, headers=page_headers(token, origin=origin))
         assert r.status_code == 403, (path, origin)
-        assert r.json() == {"error": r.json()["error"]} and "\n" not in r.json()["error"]
+        assert set(r.json()) == {"error", "code", "params"} and "\n" not in r.json()["error"]
+        assert r.json()["code"] == "err.origin" and r.json()["params"]["origin"] == origin
         assert origin in r.json()["error"]
     assert spawned == []
 
@@ -235,9 +236,10 @@ def test_422_bodies_match_the_advertised_schema(client, token):
     assert ref["schema"]["$ref"].endswith("/ValidationErrorBody")
     body = client.post("/api/norms", json={"x": [], "eps": 0, "y": 1},
                        headers=page_headers(token)).json()
-    assert set(body) == {"error", "detail"}
+    assert set(body) == {"error", "code", "params", "detail"}
     assert {d["field"] for d in body["detail"]} == {"x", "eps", "y"}
-    assert all(set(d) == {"field", "message", "type"} and all(isinstance(v, str) for v in d.values())
+    assert all(set(d) == {"field", "message", "type", "code", "params"} and isinstance(d["params"], dict)
+               and all(isinstance(d[k], str) for k in ("field", "message", "type", "code"))
                for d in body["detail"])
     assert spec["paths"]["/api/norms"]["post"]["security"] == [{"pageToken": []}]
     assert spec["components"]["securitySchemes"]["pageToken"]["name"] == TOKEN_HEADER

@@ -295,12 +295,15 @@ def paths(args: argparse.Namespace) -> int:
 
 
 def norms(args: argparse.Namespace) -> int:
+    from depthlab.numtext import NumberTextError, parse_numbers
     from depthlab.probes import compare_norms
 
-    try:
-        values = [float(v) for v in args.values]
-    except ValueError:
+    try:  # "3 4", "3,4", "３，４": the page's rules
+        values = parse_numbers(" ".join(args.values))
+    except NumberTextError:
         raise UserError(f"norms needs numbers, got {' '.join(args.values)!r}") from None
+    if not values:
+        raise UserError("norms needs at least one number")
     n = compare_norms(values, args.eps)
     if args.json:
         print_json(n.to_json())

@@ -9,6 +9,10 @@ checked on load and in tests/test_locales.py).
 Templates use `{name}` fields and are filled with numbers already formatted by the
 caller; the page's `DL.t(key, values)` fills the same templates from the same files,
 so the CLI, the experiment reports and the page say the same thing.
+
+Chinese prose uses full-width punctuation and one term per concept: glossary.json
+beside the language folders names the term (词元 for token, 残差流 for residual
+stream, ...) and the variants it replaces; tests/test_locales_zh.py checks both.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ loopback. Every response carries `Content-Security-Policy: default-src 'self';
 frame-ancestors 'none'`, so the page loads nothing from outside the machine and no
 other site can frame it. POSTs must come from the page itself (`depthlab.web.guard`:
 same origin, JSON, the server's token) and no body may exceed 64 KiB. Bad input is a
-4xx whose `error` names the field, and /openapi.json gives the schema of every 4xx
-an endpoint can answer; the numbers come from `depthlab.web.compute`.
+4xx whose `error` names the field, in the language the request asks for
+(`Accept-Language`, depthlab.web.messages) with its locale key in `code`, and
+/openapi.json gives the schema of every 4xx an endpoint can answer; the numbers
+come from `depthlab.web.compute`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,14 @@ from depthlab.locales import LANGS, table
 from depthlab.presets import PRESETS
 from depthlab.web import compute, lesson
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
-from depthlab.web.runs import NAME_RE, RunError, Runs
+from depthlab.web.messages import (
+    RunError,
+    error_body,
+    exception_body,
+    request_lang,
+    validation_body,
+)
+from depthlab.web.runs import NAME_RE, Runs
 from depthlab.web.schemas import (
     AnatomyRequest,
     CompositeRequest,
@@ -57,14 +66,6 @@ ModelName = Literal[tuple(dict.fromkeys(sum(compute.anatomy_names().values(), []
 
 ExperimentName = Annotated[str, PathParam(pattern=NAME_RE.pattern, examples=["residual"],
                                           description="an experiment, or any RUNS/NAME with export.json")]
-
-
-def _field(error: dict) -> str:
-    """The field an error is about: `n`, `x.3`, or `body` for unparseable JSON."""
-    if error.get("type") == "json_invalid":
-        return "body"
-    parts = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
-    return ".".join(parts) or "body"
 
 
 def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None = None,
@@ -140,32 +141,37 @@ def _add_middleware(app: FastAPI, allowed_hosts: list[str] | None) -> None:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """Every refusal is JSON with a one-line `error` that names the field."""
+    """Every refusal is JSON with a one-line `error` that names the field, said in the
+    request's language, and its locale key and parameters (`code`, `params`)."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        detail = [{"field": _field(e), "message": " ".join(str(e.get("msg", "invalid")).split()),
-                   "type": str(e.get("type", "invalid"))} for e in errors]
-        messages = [f"{d['field']}: {d['message']}" for d in detail]
-        return JSONResponse({"error": "; ".join(messages), "detail": detail}, status_code=422)
+        return JSONResponse(validation_body(exc.errors(), request_lang(request.headers)),
+                            status_code=422)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        lang = request_lang(request.headers)
         if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8)
-            message = "body: cannot be decoded as JSON text (UTF-8)"
-            return JSONResponse({"error": message, "detail": [
-                {"field": "body", "message": message, "type": "json_invalid"}]}, status_code=422)
-        return JSONResponse({"error": f"{request.url.path}: {exc.detail}"},
-                            status_code=exc.status_code, headers=exc.headers)
+            body = error_body("err.body_not_utf8", {}, lang)
+            detail = {"field": "body", "message": body["error"], "type": "json_invalid",
+                      "code": body["code"], "params": {}}
+            return JSONResponse({**body, "detail": [detail]}, status_code=422)
+        path = request.url.path
+        key, params = {404: ("err.not_found", {"path": path}),
+                       405: ("err.method_not_allowed", {"path": path})}.get(
+            exc.status_code, ("err.http", {"path": path, "detail": str(exc.detail)}))
+        return JSONResponse(error_body(key, params, lang), status_code=exc.status_code,
+                            headers=exc.headers)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(exception_body(exc, request_lang(request.headers)), status_code=400)
 
     @app.exception_handler(RunError)
     async def run_error(request: Request, exc: RunError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return JSONResponse(exception_body(exc, request_lang(request.headers)),
+                            status_code=exc.status)
 
 
 def _add_page_routes(app: FastAPI, runs: Runs) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from functools import lru_cache, wraps
 
-from depthlab.errors import UserError
+from depthlab.web.messages import refusal
 from depthlab.web.schemas import (
     AnatomyRequest,
     CompositeRequest,
@@ -118,7 +118,7 @@ def anatomy(req: AnatomyRequest) -> dict:
     if req.config in names["presets"]:
         return anatomy_of_preset(req.config, req.tokens).to_json()
     allowed = ", ".join(names["presets"] + names["configs"])
-    raise UserError(f"config: unknown model {req.config!r}; choose one of: {allowed}")
+    raise refusal("err.unknown_model", name=repr(req.config), allowed=allowed)
 
 
 @lru_cache(maxsize=1)

@@ -17,7 +17,8 @@ pass three checks, in this order, before its body is even parsed:
    `/api/meta` (no CORS headers are ever sent) and cannot send a custom header
    without a preflight that this server does not answer, so it cannot pass.
 
-Refusals are 403 (415 for the content type) with a one-line JSON `error`.
+Refusals are 403 (415 for the content type) with a one-line JSON `error`, in the
+language the request asks for (depthlab.web.messages).
 
 `BodyLimit` caps every request body at MAX_BODY bytes (413), counted as the bytes
 arrive, so a chunked body without `Content-Length` is cut off after the limit
@@ -34,6 +35,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from depthlab.web.messages import error_body, request_lang
+
 TOKEN_HEADER = "X-Depthlab-Token"
 MAX_BODY = 64 * 1024  # the largest valid request (a 64-number vector) is under 2 KB
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -43,8 +46,10 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def _error(status: int, message: str, **headers: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+def _error(request: Request, status: int, key: str, headers: dict[str, str] | None = None,
+           **params: str | int) -> JSONResponse:
+    return JSONResponse(error_body(key, params, request_lang(request.headers)), status_code=status,
+                        headers=headers)
 
 
 def refuse_write(request: Request, token: str) -> Response | None:
@@ -54,20 +59,20 @@ def refuse_write(request: Request, token: str) -> Response | None:
     origin = request.headers.get("origin")
     own = f"{request.url.scheme}://{request.headers.get('host', '')}"
     if origin is not None and origin != own:
-        return _error(403, f"origin: requests from {origin} are refused; only the page at "
-                      f"{own} may send them")
+        return _error(request, 403, "err.origin", origin=origin, own=own)
     site = request.headers.get("sec-fetch-site")
     if site is not None and site != "same-origin":
-        return _error(403, f"sec-fetch-site: {site} requests are refused; only the page itself "
-                      "(same-origin) may send them")
+        return _error(request, 403, "err.fetch_site", site=site)
     media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media != "application/json":
-        return _error(415, f"content-type: must be application/json, got {media or 'none'}")
+        if not media:
+            return _error(request, 415, "err.content_type_none")
+        return _error(request, 415, "err.content_type", media=media)
     sent = request.headers.get(TOKEN_HEADER, "")
     if not hmac.compare_digest(sent.encode(), token.encode()):
-        what = "missing" if not sent else "wrong"
-        return _error(403, f"{TOKEN_HEADER.lower()}: {what} token; send the token that GET "
-                      "/api/meta gives (field write_token) in this header")
+        if not sent:
+            return _error(request, 403, "err.token_missing", header=TOKEN_HEADER.lower())
+        return _error(request, 403, "err.token_wrong", header=TOKEN_HEADER.lower())
     return None
 
 
@@ -84,9 +89,9 @@ class WriteGuard:
         if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
             app = scope["app"]
             if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
-                refusal = refuse_write(Request(scope), app.state.write_token)
-                if refusal is not None:
-                    await refusal(scope, receive, send)
+                refused = refuse_write(Request(scope), app.state.write_token)
+                if refused is not None:
+                    await refused(scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
@@ -135,6 +140,6 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = _error(413, f"body: larger than {self.limit} bytes ({self.limit // 1024} KiB)",
-                          connection="close")  # do not read the rest of it
+        response = _error(Request(scope), 413, "err.body_too_large", {"connection": "close"},
+                          limit=self.limit, kib=self.limit // 1024)  # do not read the rest of it
         await response(scope, receive, send)

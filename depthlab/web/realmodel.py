@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
 from depthlab.locales import texts
-from depthlab.web.runs import RunError
+from depthlab.web.messages import refusal
 from depthlab.web.schemas import error_responses
 
 MAX_PROMPT_CHARS = 400
@@ -108,8 +108,9 @@ class RealModelProbes:
     def run_dir(self, name: str) -> Path:
         names = [r["name"] for r in list_runs(self.root)]
         if name not in names:
-            shown = ", ".join(names[:12]) or f"none yet (depthlab lab imports SmolLM2 into {self.root})"
-            raise RunError(404, f"run: unknown run {name!r}; choose one of: {shown}")
+            if not names:
+                raise refusal("err.unknown_run_none", 404, name=repr(name), root=str(self.root))
+            raise refusal("err.unknown_run", 404, name=repr(name), shown=", ".join(names[:12]))
         return self.root / name
 
     def readable(self, name: str) -> dict[str, bool]:
@@ -147,14 +148,13 @@ class RealModelProbes:
 
         tokenizer = rundir.load_tokenizer(run)
         if tokenizer is None:
-            raise UserError(f"run: {req.run} has no tokenizer.json, so it cannot read a prompt")
+            raise refusal("err.no_tokenizer", run=req.run)
         try:
             n = len(tokenizer.encode(req.prompt))
         except UserError as e:
-            raise UserError(f"prompt: {e}") from None
+            raise refusal("err.prompt_unreadable", detail=str(e)) from None
         if not 2 <= n <= MAX_PROMPT_TOKENS:
-            raise UserError(f"prompt: must encode to 2..{MAX_PROMPT_TOKENS} tokens with this "
-                            f"run's tokenizer, got {n}")
+            raise refusal("err.prompt_tokens", max=MAX_PROMPT_TOKENS, n=n)
         result = probe_run_dir(run, req.prompt, target=req.target)
         result["run"] = req.run  # the name, not this machine's path
         return result

@@ -28,17 +28,14 @@ import threading
 from pathlib import Path
 
 from depthlab.rundir import atomic_write_text
+from depthlab.web.messages import RunError, refusal
+
+__all__ = ["NAME_RE", "FRONTIER", "RunError", "Runs", "known_experiments"]
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 
 FRONTIER = "residual-frontier"  # the experiment whose frontier.json the page draws
-
-
-class RunError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def known_experiments() -> dict[str, dict[str, str]]:
@@ -104,15 +101,14 @@ class Runs:
     def check_name(self, name: str) -> str:
         names = self.names()
         if name not in names:
-            raise RunError(404, f"name: unknown experiment {name!r}; choose one of: {', '.join(names)}")
+            raise refusal("err.unknown_experiment", 404, name=repr(name), names=", ".join(names))
         return name
 
     def export(self, name: str) -> dict:
         self.check_name(name)
         data = _read_json(self.root / name / "export.json")
         if data is None:
-            raise RunError(404, f"name: no data for {name!r} yet; run "
-                           f"`depthlab experiment {name} --budget quick --out {self.root}`")
+            raise refusal("err.no_data", 404, name=repr(name), experiment=name, root=str(self.root))
         return data
 
     def frontier(self) -> dict:
@@ -207,13 +203,11 @@ class Runs:
         self.check_name(name)
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
-                raise RunError(409, f"experiment {self._job['experiment']!r} is already running; "
-                               "one at a time")
+                raise refusal("err.busy", 409, name=repr(self._job["experiment"]))
             for other in self._records():
                 job = self._job_of(other)
                 if job is not None and job["running"]:
-                    raise RunError(409, f"experiment {other!r} is already running (pid "
-                                   f"{job['pid']}, started by an earlier server); one at a time")
+                    raise refusal("err.busy_earlier", 409, name=repr(other), pid=job["pid"])
             self.root.mkdir(parents=True, exist_ok=True)
             cmd = self.command(name, budget)
             log = open(self.root / f".page-{name}.log", "wb")  # noqa: SIM115 (owned by the child)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
+from depthlab.numtext import NumberTextError, parse_numbers
 from depthlab.probes.simulator_bounds import NORMS, PAGE_GAINS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
 
 MAX_N = PAGE_MAX_DEPTH  # the simulator's depth slider
@@ -82,13 +84,23 @@ class PathsRequest(_Request):
 class NormsRequest(_Request):
     x: tuple[Annotated[float, Field(ge=-MAX_ABS, le=MAX_ABS, allow_inf_nan=False)], ...] = Field(
         ..., min_length=1, max_length=MAX_VECTOR,
-        description=f"the vector, 1 to {MAX_VECTOR} finite numbers, each within +-{MAX_ABS:g}")
+        description=f"the vector, 1 to {MAX_VECTOR} finite numbers, each within +-{MAX_ABS:g}; "
+        "an array, or the text typed in the page's box (\"3, 4\", \"3，4\", \"３，４\": "
+        "depthlab.numtext)")
     eps: float = Field(1e-5, gt=0.0, le=1.0)
 
     @field_validator("x", mode="before")
     @classmethod
     def _array(cls, x: object) -> object:
-        """A JSON array arrives as a list; strict mode takes only a tuple for a tuple."""
+        """A JSON array arrives as a list; strict mode takes only a tuple for a tuple. Text
+        is read as the page reads its box (full-width digits and commas too)."""
+        if isinstance(x, str):
+            try:
+                return tuple(parse_numbers(x))
+            except NumberTextError as e:
+                raise PydanticCustomError("number_text", "Input should be numbers separated by "
+                                          "commas or spaces; {piece} is not a number",
+                                          {"piece": repr(e.piece)}) from None
         return tuple(x) if isinstance(x, list) else x
 
 
@@ -111,13 +123,18 @@ class AnatomyRequest(_Request):
 class ErrorBody(BaseModel):
     """Every 4xx answer: one line that names the field and what is allowed."""
 
-    error: str = Field(..., description="field: what is wrong and what is allowed")
+    error: str = Field(..., description="field: what is wrong and what is allowed, in the "
+                       "language of the request's Accept-Language (en, zh; English by default)")
+    code: str = Field(..., description="the sentence's locale key (depthlab/locales/*/errors.json)")
+    params: dict[str, str | int | float] = Field(..., description="the key's {name} fields")
 
 
 class FieldError(BaseModel):
     field: str = Field(..., description="`n`, `x.3`, or `body` for the body as a whole")
     message: str
     type: str = Field(..., description="pydantic's error type, e.g. less_than_equal")
+    code: str = Field(..., description="the message's locale key")
+    params: dict[str, str | int | float]
 
 
 class ValidationErrorBody(ErrorBody):

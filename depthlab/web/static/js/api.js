@@ -38,9 +38,11 @@
     return token;
   }
 
-  // The one place the page talks to the server: every request goes through here.
+  // The one place the page talks to the server: every request goes through here. It names
+  // the page's language, so a refusal's `error` comes back in it (depthlab/web/messages.py).
   async function request(method, path, body) {
     const opts = { method, headers: method === "GET" ? {} : { ...(await writeHeaders()) } };
+    opts.headers["accept-language"] = DL.lang ? DL.lang() : "en";
     if (body !== undefined) {
       opts.headers["content-type"] = "application/json";
       opts.body = JSON.stringify(body);
@@ -207,6 +209,19 @@
       return { kind: "norms", x, eps, mean, variance, mean_square: meanSquare, rms: Math.sqrt(meanSquare),
                centred, layernorm: centred.map((v) => v * inv), rmsnorm: x.map((v) => v * invr) };
     },
+  };
+
+  // Numbers as typed on any keyboard ("３，４", "－０．５", "3、4"): the rules of
+  // depthlab/numtext.py, which the server uses (tests/test_numtext.py runs both).
+  const MINUS = /[\u2212\u2012\u2013]/g;
+  const SEPARATORS = /[\t\n\v\f\r ,;、\u0085\u2028\u2029]+/;
+  const NUMBER = /^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$/;
+  DL.normalizeNumbers = (text) => text.normalize("NFKC").replace(MINUS, "-");
+  // {x: the numbers, bad: null} or {x: null, bad: the first piece that is not a number}
+  DL.parseNumbers = (text) => {
+    const pieces = DL.normalizeNumbers(text).split(SEPARATORS).filter(Boolean);
+    const bad = pieces.find((p) => !NUMBER.test(p));
+    return bad === undefined ? { x: pieces.map(Number), bad: null } : { x: null, bad };
   };
 
   DL.latestOnly = function (fn, onResult, onError) {

@@ -174,7 +174,7 @@
 
       function fail(e) {
         error = String((e && e.message) || e);
-        errBox.textContent = DL.t("err.chart") + ": " + error;
+        errBox.textContent = DL.t("err.with", { what: DL.t("err.chart"), message: error });
         errBox.style.display = "block";
         if (DL.showError) DL.showError(e);
         else throw e;

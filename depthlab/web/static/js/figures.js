@@ -64,7 +64,7 @@
         h("div", { class: "kv" }, h("b", {}, stageName(st.key)), " ", DL.t("flow.shape") + " ", h("code", {}, shape(st.shape)),
           " (T = " + a.tokens + ")"),
         inner ? h("div", { class: "kv small" }, inner) : "",
-        h("div", { class: "kv" }, DL.t("flow.params") + ": ", h("span", { id: "flow-params" }, params)),
+        h("div", { class: "kv" }, DL.t("flow.params") + DL.t("b.d.colon"), h("span", { id: "flow-params" }, params)),
         h("div", { class: "kv muted" }, DL.t("flow.total") + " " + int(a.total_params) + " · FFN " +
           fmt(100 * a.ffn_share) + "% · d_ff = " + fmt(a.ffn_multiple) + "d · " + a.n_writes + " " + DL.t("flow.writes")),
         h("div", { class: "kv muted small" }, describeModel(a)));
@@ -105,7 +105,7 @@
       if (loaded === name) return render();
       loaded = name;
       source.anatomy(name).then((a) => { anatomy = a; render(); })
-        .catch((e) => { $("flow-detail").textContent = DL.t("flow.missing") + " (" + e.message + ")"; showError(e); });
+        .catch((e) => { $("flow-detail").textContent = DL.t("err.paren", { what: DL.t("flow.missing"), message: e.message }); showError(e); });
     }
 
     source.anatomyConfigs().then((names) => {
@@ -150,7 +150,7 @@
       const names = { "": "f.skip", "1": "f.l1", "2": "f.l2", "1,2": "f.both" };
       const box = $("paths-example");
       box.textContent = "";
-      box.append(h("div", { class: "paths-h" }, DL.t("f.example") + ": x₂ = (1 + " + fmt(ex.scale) + ")² = " +
+      box.append(h("div", { class: "paths-h" }, DL.t("f.example") + DL.t("b.d.colon") + "x₂ = (1 + " + fmt(ex.scale) + ")² = " +
         ex.paths.map((p) => fmt(p.value)).join(" + ") + " = " + fmt(ex.residual_output)));
       box.append(h("div", { class: "path-cards" }, ex.paths.map((p) =>
         h("div", { class: "path-card" + (p.layers.length === 2 ? " plain" : "") },
@@ -193,7 +193,7 @@
     function draw() {
       const k = r.measured_rms.length - 1;
       chart.update(r.measured_rms.map((_, i) => i), [r.measured_rms, r.expected]);
-      $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + ": " + DL.t("g.measured") + " " +
+      $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + DL.t("b.d.colon") + DL.t("g.measured") + " " +
         fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]);
       $("reading-growth").textContent = DL.t("read.growth", { k, m: fmt(r.measured_rms[k]), e: fmt(r.expected[k]) });
     }
@@ -366,7 +366,7 @@
     document.querySelectorAll("[data-vec]").forEach((b) =>
       b.addEventListener("click", () => DL.state.set({ vec: b.dataset.vec })));
     const send = DL.latestOnly((x) => source.norms({ x, eps: 1e-5 }), draw, (e) => {
-      $("norms-out").textContent = DL.t("err") + ": " + e.message;
+      $("norms-out").textContent = DL.t("err.with", { what: DL.t("err"), message: e.message });
     });
 
     function draw(r) {
@@ -386,8 +386,7 @@
     return {
       update(st) {
         if (input.value !== st.vec) input.value = st.vec;
-        const parts = st.vec.split(/[\s,;]+/).filter(Boolean);
-        const x = parts.map(Number);
+        const x = DL.parseNumbers(st.vec).x || [NaN]; // full-width digits and commas too
         limits.then(() => {
           if (!x.length || x.length > maxLength || x.some((v) => !isFinite(v))) {
             $("norms-out").textContent = DL.t("n.bad", { n: maxLength });

@@ -13,7 +13,7 @@
     const msg = String((e && e.message) || e);
     DL.errors.push(msg);
     const box = $("page-errors");
-    box.textContent = DL.t("err") + ": " + DL.errors.slice(-3).join(" · ");
+    box.textContent = DL.t("err.with", { what: DL.t("err"), message: DL.errors.slice(-3).join(" · ") });
     box.style.display = "block";
     if (window.console) console.warn("depthlab:", msg); // eslint-disable-line no-console
   };

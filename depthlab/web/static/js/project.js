@@ -148,7 +148,7 @@
       source.run(name, "quick").then(() => poll(name)).catch((e) => {
         btn.disabled = false;
         const el = $("progress-" + name);
-        if (el) el.textContent = DL.t("err") + ": " + e.message;
+        if (el) el.textContent = DL.t("err.with", { what: DL.t("err"), message: e.message });
       });
     }
 

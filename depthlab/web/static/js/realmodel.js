@@ -101,7 +101,7 @@
     DL.realmodel = { result: () => result, request: () => want, busy: false };
 
     const fail = (msg) => {
-      errBox.textContent = msg ? DL.t("err") + ": " + msg : "";
+      errBox.textContent = msg ? DL.t("err.with", { what: DL.t("err"), message: msg }) : "";
       errBox.style.display = msg ? "block" : "none";
     };
 

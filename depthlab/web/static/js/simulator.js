@@ -196,7 +196,7 @@
     }
 
     const err = (e) => {
-      status.textContent = DL.t("err") + ": " + e.message;
+      status.textContent = DL.t("err.with", { what: DL.t("err"), message: e.message });
       showError(e);
     };
     const sendSim = DL.latestOnly((req) => source.simulate(req), drawSim, err);

@@ -1,0 +1,51 @@
+"""Numbers as a person types them, on a Chinese keyboard as well as an English one.
+
+A Chinese input method gives full-width forms: "３，４", "－０．５", an ideographic
+comma "3、4" or space. `normalize` folds them with Unicode NFKC (which maps the
+full-width digits, comma, period, minus, semicolon and space to ASCII) and maps the
+minus signs NFKC keeps (U+2212 and the dashes a word processor makes of "-"); then
+`parse_numbers` reads numbers separated by commas, semicolons or spaces.
+
+The page's vector box, `POST /api/norms` with `x` given as text, and `depthlab probe
+norms` all read through here. The page's copy (`DL.parseNumbers` in
+web/static/js/api.js) follows the same rules, and tests/test_numtext.py runs both on
+the same inputs.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Minus signs NFKC leaves alone: the minus sign, figure dash, en dash, small/full-width
+# hyphen-minus are folded by NFKC already (U+FE63, U+FF0D).
+_MINUS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-"})
+# after NFKC: ， -> ,  ； -> ;  every Unicode space (the ideographic one too) -> " "
+SEPARATORS = re.compile(r"[\t\n\v\f\r ,;、\u0085\u2028\u2029]+")
+NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # ASCII digits only
+
+
+class NumberTextError(ValueError):
+    """A piece of the text that is not a number; `piece` is it, as typed after folding."""
+
+    def __init__(self, piece: str) -> None:
+        super().__init__(f"{piece!r} is not a number")
+        self.piece = piece
+
+
+def normalize(text: str) -> str:
+    """`text` with full-width digits, signs and separators folded to ASCII."""
+    return unicodedata.normalize("NFKC", text).translate(_MINUS)
+
+
+def parse_number(text: str) -> float:
+    """One number ("３．５", "−2", "1e-3"); NumberTextError if it is not one."""
+    piece = normalize(text).strip()
+    if not NUMBER.fullmatch(piece):
+        raise NumberTextError(piece)
+    return float(piece)
+
+
+def parse_numbers(text: str) -> list[float]:
+    """The numbers in "3, 4", "3，4", "３，４", "3、4" or "3 4" (empty text: [])."""
+    return [parse_number(piece) for piece in SEPARATORS.split(normalize(text)) if piece]
