@@ -29,7 +29,13 @@ from depthlab.atomic import atomic_write, atomic_write_text
 from depthlab.config import DataConfig
 from depthlab.corpus import DOC_SEPARATOR, load_corpus
 from depthlab.errors import UserError, read_json_object
-from depthlab.tokstream import check_special_tokens, chunks, special_pattern, split_specials
+from depthlab.tokstream import (
+    CHUNK_CHARS,
+    check_special_tokens,
+    chunks,
+    special_pattern,
+    split_specials,
+)
 
 CACHE_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
@@ -94,9 +100,11 @@ class CharTokenizer:
                 ) from None
         return ids
 
-    def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
-        """The ids of "".join(lines), one at a time, holding one chunk of text at once."""
-        for chunk in chunks(lines, self._specials, at_whitespace=False):
+    def encode_iterable(self, lines: Iterable[str],
+                        chunk_chars: int = CHUNK_CHARS) -> Iterator[int]:
+        """The ids of encode("".join(lines)), one at a time, holding about one chunk of
+        `chunk_chars` characters at once (e.g. over an open file, line by line)."""
+        for chunk in chunks(lines, self._specials, False, chunk_chars):
             yield from self.encode(chunk)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
@@ -163,22 +171,23 @@ class BPETokenizer:
     def encode_batch(self, lines: list[str]) -> list[list[int]]:
         return [e.ids for e in self.hf.encode_batch(lines)]
 
-    def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
-        """The ids of encode("".join(lines)), one at a time, holding one chunk of text at
-        once. Refused (UserError) for a tokenizer whose text splitting depthlab cannot
-        cut exactly: a normalizer, or a pre-tokenizer other than GPT-2's byte-level one."""
+    def encode_iterable(self, lines: Iterable[str],
+                        chunk_chars: int = CHUNK_CHARS) -> Iterator[int]:
+        """The ids of encode("".join(lines)), one at a time, holding about one chunk of
+        `chunk_chars` characters at once (e.g. over an open file, line by line). Refused
+        (UserError) for a tokenizer whose text splitting depthlab cannot cut exactly: a
+        normalizer, or a pre-tokenizer other than GPT-2's byte-level one."""
         prefix, suffix = self._stream_frame()
         added = [t.content for t in self.hf.get_added_tokens_decoder().values()]
         yield from prefix
-        for chunk in chunks(lines, added, at_whitespace=True):
+        for chunk in chunks(lines, added, True, chunk_chars):
             yield from self.hf.encode(chunk, add_special_tokens=False).ids
         yield from suffix
 
     def _stream_frame(self) -> tuple[list[int], list[int]]:
         """The ids the post-processor puts before and after the text (a BOS, say), after
         checking that chunked encoding is exact for this tokenizer."""
-        spec = json.loads(self.hf.to_str())
-        why = _unstreamable(spec)
+        why = _unstreamable(self.hf)
         if why:
             raise UserError(f"encode_iterable: this tokenizer {why}; encode the whole text "
                             "with encode instead")
@@ -201,15 +210,15 @@ class BPETokenizer:
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
 
 
-def _unstreamable(spec: dict[str, Any]) -> str | None:
-    """Why a tokenizer.json cannot be encoded in chunks exactly (None: it can). Exact
-    cuts (depthlab.tokstream) rest on GPT-2's byte-level split with no prefix space,
+def _unstreamable(hf: Any) -> str | None:
+    """Why a `tokenizers.Tokenizer` cannot be encoded in chunks exactly (None: it can).
+    Exact cuts (depthlab.tokstream) rest on GPT-2's byte-level split with no prefix space,
     optionally after splitting off digits (SmolLM2), and on no normalizer."""
-    if spec.get("normalizer") is not None:
-        return f"normalizes text ({spec['normalizer'].get('type')})"
-    if (spec.get("model") or {}).get("dropout") not in (None, 0, 0.0):
+    if hf.normalizer is not None:
+        return f"normalizes text ({json.loads(hf.normalizer.__getstate__()).get('type')})"
+    if getattr(hf.model, "dropout", None) not in (None, 0, 0.0):
         return "uses BPE dropout"
-    pre = spec.get("pre_tokenizer") or {}
+    pre = json.loads(hf.pre_tokenizer.__getstate__()) if hf.pre_tokenizer is not None else {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     kinds = [s.get("type") for s in steps]
     byte_level = steps[-1] if steps else {}
