@@ -210,3 +210,29 @@ def test_special_tokens_in_a_config_and_on_the_train_command(tmp_path):
                                       "--special-token", "<|sep|>"])
     assert resolve(args).data.special_tokens == ("<|endoftext|>", "<|sep|>")
     assert resolve(build_parser().parse_args(["train"])).data.special_tokens == ()
+
+
+def test_train_command_reserves_special_tokens_for_the_run(tmp_path, monkeypatch, capsys):
+    from depthlab import rundir
+    from depthlab.cli import main
+
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("HAMLET:\nTo be, or not to be<|sep|>\n" * 40, encoding="utf-8")
+    (docs / "b.txt").write_text("贾宝玉：你好。\n" * 40, encoding="utf-8")
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--corpus", str(docs), "--steps", "2",
+                 "--special-token", "<|sep|>", "--set", "data.separate_documents=true",
+                 "--out", str(run), "--no-progress"]) == 0
+    cfg, _ = rundir.read_config(run)
+    assert cfg.data.special_tokens == ("<|sep|>",) and cfg.data.separate_documents
+    tok = rundir.load_tokenizer(run)
+    assert tok.special_tokens == ["<|sep|>", DOC_SEPARATOR]
+    assert tok.vocab_size == cfg.model.vocab_size
+    assert len(tok.encode("<|sep|><|endoftext|>")) == 2
+    capsys.readouterr()
+    assert main(["train", "--preset", "tiny", "--corpus", str(docs), "--special-token", "",
+                 "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "data.special_tokens" in err and len(err.splitlines()) == 1
