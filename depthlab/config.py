@@ -135,6 +135,9 @@ class DataConfig:
     special_tokens: tuple[str, ...] = ()  # each one id, e.g. ("<|endoftext|>",)
     separate_documents: bool = False  # join a corpus's documents with <|endoftext|>
 
+    def __post_init__(self) -> None:  # a list given in code hashes and compares as a tuple
+        object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
+
 
 @dataclass(frozen=True)
 class TrainConfig:
