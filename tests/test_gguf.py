@@ -191,7 +191,11 @@ def test_tokenizer_ids_equal_transformers_gguf_tokenizer(tiny, tiny_run):
     theirs = _transformers_tokenizer(tiny)
     for text in (MIXED_TEXT, f"a{SPECIAL}b 🚀🚀 中文", " leading space\nnew line"):
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=True)
-        assert ours.decode(ours.encode(text)) == text.replace(SPECIAL, "")  # specials skipped
+        ids = ours.encode(text)
+        assert ours.decode(ids) == text  # special tokens come back verbatim
+        assert ours.decode(ids, skip_special_tokens=True) == text.replace(SPECIAL, "")
+        assert ours.decode(ids, skip_special_tokens=True) == theirs.decode(
+            ids, skip_special_tokens=True)
     assert ours.encode(SPECIAL) == [theirs.convert_tokens_to_ids(SPECIAL)]  # kept whole
 
 

@@ -10,10 +10,11 @@ import argparse
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
-from depthlab.config import apply_overrides
+from depthlab.config import apply_overrides, validate
 from depthlab.corpus import corpus_label
 from depthlab.errors import UserError
 
@@ -30,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", help="shakespeare | hongloumeng | a .txt file or folder "
                    "(default: the config's data.corpus)")
     p.add_argument("--tokenizer", choices=("char", "bpe"), help="char or byte-level BPE")
+    p.add_argument("--special-token", action="append", dest="special_tokens", metavar="TOKEN",
+                   help="a special token the tokenizer keeps as one id, e.g. '<|endoftext|>' "
+                   "(repeatable; data.special_tokens)")
     p.add_argument("--steps", type=int, help="optimizer steps (train.steps)")
     p.add_argument("--seed", type=int, help="seed for init and data order (train.seed)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), help="train.device")
@@ -60,7 +64,11 @@ def resolve(args: argparse.Namespace):  # -> Config
     cfg = config_from_args(args)
     sets = [f"{key}={getattr(args, flag)}" for flag, key in _FLAG_KEYS.items()
             if getattr(args, flag) is not None]
-    return apply_overrides(cfg, sets)
+    cfg = apply_overrides(cfg, sets)
+    if args.special_tokens:
+        cfg = validate(replace(cfg, data=replace(cfg.data,
+                                                 special_tokens=tuple(args.special_tokens))))
+    return cfg
 
 
 def default_run_name(args: argparse.Namespace, cfg) -> str:
