@@ -38,6 +38,7 @@ LAYERS = {
     "depthlab.rundir": 2,
     "depthlab.corpus": 2,
     "depthlab.tokenizer": 2,
+    "depthlab.tokstream": 2,  # where a stream of text may be cut without changing its tokens
     "depthlab.metrics": 2,
     # 3. What reads a model and what makes one: probes, the trainer, Hugging Face I/O.
     "depthlab.probes": 3,
