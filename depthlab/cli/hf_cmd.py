@@ -98,8 +98,11 @@ def import_gguf_cmd(args: argparse.Namespace) -> int:
     from depthlab.hf.gguf_import import import_gguf
 
     use_threads(args.threads, None)
+    # The "reading"/"writing" lines are progress too: --no-progress leaves stderr empty.
+    say = None if args.no_progress else (
+        lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
     r = import_gguf(args.source, args.out, force=args.force, progress=not args.no_progress,
-                    log=lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
+                    log=say)
     _report_import(r)
     return 0
 

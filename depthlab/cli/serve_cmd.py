@@ -82,6 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from depthlab.web.app import create_app
+    from depthlab.web.server import server_config
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
@@ -105,8 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     shown = f"[{shown}]" if ":" in shown else shown
     print(f"depthlab: the lesson page is at http://{shown}:{port}/  (Ctrl+C stops it)", flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(server_config(app)).run(sockets=[sock])
     return 0
 
 
