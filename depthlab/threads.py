@@ -20,9 +20,9 @@ from depthlab.errors import UserError
 
 SMALL_D_MODEL = 256  # up to this width one thread is fastest per CPU-second
 
-HELP = ("torch threads, 1 to the cores this process may use; default 0: automatic, as "
-        "training does: one for models up to d_model 256, else the idle cores (cores minus "
-        "the 1-minute load average, at least one)")
+HELP = ("torch threads, 1 to the cores this process may use; default 0: automatic, the "
+        "rule training uses: one for models up to d_model 256, else the idle cores (cores "
+        "minus the 1-minute load average, at least one)")
 
 
 def usable_cores() -> int:

@@ -62,9 +62,9 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
                    help="runs directory with the experiments' export.json (default: runs)")
-    add_threads_arg(p, "torch threads for the page's probes, 1 to the cores this process may "
-                    "use; default 0: automatic, as training does for the lesson's models "
-                    "(d_model up to 256): one")
+    add_threads_arg(p, "torch threads for the page's probes (and for lab's experiment runs), "
+                    "1 to the cores this process may use; default 0: automatic, the rule "
+                    "training uses, which gives the lesson's models (d_model up to 256) one")
 
 
 def _is_loopback(host: str) -> bool:
