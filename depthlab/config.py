@@ -230,21 +230,32 @@ def _section_from_dict(cls: type, raw: dict[str, Any], section: str) -> Any:
     for key, value in raw.items():
         if key not in hints:
             raise ConfigError(_unknown_key_message(f"{section}.{key}"))
-        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}")
+        kwargs[key] = _coerce(value, hints[key], f"{section}.{key}", strict=True)
     return cls(**kwargs)
 
 
-def _coerce(value: Any, hint: Any, name: str) -> Any:
-    """Check a JSON or CLI value against a field's type (int, float, bool, str, X | None)."""
+def _coerce(value: Any, hint: Any, name: str, strict: bool = False) -> Any:
+    """Check a JSON or CLI value against a field's type (int, float, bool, str, X | None).
+
+    strict (config files): JSON types as they are, so "0.1" is not a number, "yes" not a
+    boolean and true not an integer; otherwise (--set) the text is parsed."""
     args = typing.get_args(hint)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), hint) if args else hint
+    if strict and isinstance(value, str) and base is not str:
+        kind = {bool: "true or false", int: "an integer", float: "a number"}.get(base, "")
+        null = " or null" if optional else ""
+        raise ConfigError(f"{name} must be {kind}{null} (a JSON {_json_kind(base)}, not a "
+                          f"string), got {value!r}")
     is_null_text = isinstance(value, str) and value.lower() in ("none", "null")
     if value is None or (is_null_text and optional):
         if optional:
             return None
         raise ConfigError(f"{name} cannot be null; expected {base.__name__}")
     if typing.get_origin(hint) is tuple:
+        if strict and isinstance(value, str):
+            raise ConfigError(f'{name} must be a JSON list of strings, e.g. ["<|endoftext|>"], '
+                              f"not a string, got {value!r}")
         return _coerce_strings(value, name)
     if isinstance(value, str) and base is not str:
         value = _parse_text(value, base, name)
@@ -283,6 +294,10 @@ def _coerce_strings(value: Any, name: str) -> tuple[str, ...]:
         raise ConfigError(f'{name} must be a list of strings, e.g. ["<|endoftext|>"], '
                           f"got {value!r}")
     return tuple(value)
+
+
+def _json_kind(base: type) -> str:
+    return "boolean" if base is bool else "number"
 
 
 def _parse_text(text: str, base: type, name: str) -> Any:
@@ -411,6 +426,28 @@ def _check_frontier(m: ModelConfig) -> None:
                           f"placement={m.placement!r}, norm={m.norm!r}")
 
 
+def _in_range(name: str, value: float, low: float, high: float, closed: str, why: str) -> None:
+    """value within low..high; `closed` says which ends are allowed: "[]", "[)", "(]", "()"."""
+    above = value >= low if closed[0] == "[" else value > low
+    below = value <= high if closed[1] == "]" else value < high
+    if not (above and below):
+        raise ConfigError(f"{name} must be in {closed[0]}{low:g}, {high:g}{closed[1]} ({why}), "
+                          f"got {value:g}")
+
+
+def _check_optimizer(t: TrainConfig) -> None:
+    """AdamW's and the schedule's fields, each in the range where it means what it says."""
+    _in_range("train.lr", t.lr, 0, MAX_LR, "(]", "typical: 1e-4 .. 1e-2")
+    _in_range("train.beta1", t.beta1, 0, 1, "[)", "AdamW's momentum; typical 0.9")
+    _in_range("train.beta2", t.beta2, 0, 1, "()", "AdamW's second-moment decay; typical 0.95")
+    _in_range("train.min_lr_ratio", t.min_lr_ratio, 0, 1, "[]",
+              "the schedule decays from lr to min_lr_ratio * lr")
+    if t.lr * t.weight_decay >= 1:  # AdamW multiplies each decayed weight by 1 - lr * wd
+        raise ConfigError(f"train.weight_decay must be below 1 / train.lr = {1 / t.lr:g} (each "
+                          f"step multiplies the weights by 1 - lr * weight_decay), got "
+                          f"{t.weight_decay:g}")
+
+
 def validate(cfg: Config) -> Config:
     validate_model(cfg.model)
     d, t = cfg.data, cfg.train
@@ -423,13 +460,12 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"data.special_tokens must be distinct non-empty strings, got "
                           f"{list(d.special_tokens)!r}")
     for name in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "eval_tokens",
-                 "probe_every", "ckpt_every", "keep_ckpts", "lr", "beta1", "beta2", "log_every"):
+                 "probe_every", "ckpt_every", "keep_ckpts", "lr", "log_every"):
         _positive(f"train.{name}", getattr(t, name))
-    for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "min_lr_ratio", "seed"):
+    for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "seed"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name} must be >= 0, got {getattr(t, name)}")
-    if t.lr > MAX_LR:
-        raise ConfigError(f"train.lr must be <= {MAX_LR:g}, got {t.lr:g} (typical: 1e-4 .. 1e-2)")
+    _check_optimizer(t)
     if t.seq_len > cfg.model.context_len:
         raise ConfigError(
             f"train.seq_len={t.seq_len} exceeds model.context_len={cfg.model.context_len}"

@@ -29,6 +29,15 @@ class ConfigError(UserError, ValueError):
     """An invalid config value or combination of values."""
 
 
+def write_failed(e: OSError, kept: str = "every file written before it was kept whole") -> str:
+    """One line for an OSError on write (disk full, read-only, /proc, a name too long):
+    what failed and what is still there. depthlab writes to a temporary name and renames,
+    so a failed write leaves the previous file, never half of one."""
+    where = f"{e.filename}: " if e.filename else ""
+    reason = e.strerror or str(e) or type(e).__name__
+    return f"{where}cannot write ({reason}); nothing was left half-written, {kept}"
+
+
 # Configs, tokenizers and run records are kilobytes to a few MB (a BPE tokenizer.json of
 # 65,536 merges is ~4 MB); anything past this bound is not one of them.
 MAX_JSON_BYTES = 64 << 20

@@ -356,10 +356,15 @@ def _build_entry(entry: Path, text: str, data: DataConfig) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _ids(path: Path, dtype: np.dtype) -> np.ndarray:
+    """A split's tokens; np.memmap refuses an empty file, which a tiny corpus can give
+    (the trainer then refuses the corpus with the size it needs)."""
+    return np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.empty(0, dtype)
+
+
 def _open_entry(entry: Path, spec: str, sha: str, from_cache: bool) -> TokenData:
     meta = json.loads((entry / "meta.json").read_text())
     dtype = np.dtype(meta["dtype"])
-    train = np.memmap(entry / "train.bin", dtype=dtype, mode="r")
-    val = np.memmap(entry / "val.bin", dtype=dtype, mode="r")
+    train, val = _ids(entry / "train.bin", dtype), _ids(entry / "val.bin", dtype)
     tok = load_tokenizer(entry / TOKENIZER_FILE)
     return TokenData(tok, train, val, entry, spec, sha, from_cache)

@@ -8,14 +8,17 @@ import time
 
 
 @contextlib.contextmanager
-def live_server(app):
-    """The app under uvicorn on a free loopback port, in a thread; yields its base URL."""
+def live_server(app, read_timeout_s: float | None = None):
+    """The app under uvicorn on a free loopback port, in a thread, configured as `depthlab
+    serve` runs it (depthlab.web.server); yields its base URL."""
     import uvicorn
+
+    from depthlab.web.server import REQUEST_READ_TIMEOUT_S, server_config
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(server_config(app, read_timeout_s or REQUEST_READ_TIMEOUT_S))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 20

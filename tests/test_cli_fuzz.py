@@ -504,6 +504,157 @@ case("experiment-out-is-file",
      lambda tmp, w: ["experiment", "residual", "--budget", "micro", "--out",
                      text_file(tmp, "x", "f")])
 
+# --- optimizer and schedule fields out of their ranges (--set and config files) ---------
+
+BAD_OPTIMIZER = [
+    "train.beta1=1", "train.beta1=-0.01", "train.beta1=1.000001", "train.beta2=1.0",
+    "train.beta2=-0.5", "train.beta2=7", "train.min_lr_ratio=1.01", "train.min_lr_ratio=-0.5",
+    "train.min_lr_ratio=3", "train.grad_clip=-0.1", "train.weight_decay=-1e-9",
+]
+for _set in BAD_OPTIMIZER:
+    case(f"optimizer-set-{_set}", lambda tmp, w, s=_set: train_argv(tmp, "--set", s))
+case("optimizer-decay-times-lr-reaches-one",
+     lambda tmp, w: train_argv(tmp, "--set", "train.lr=0.5", "--set", "train.weight_decay=2"))
+for _name, _train in {"beta1": {"beta1": 2.5}, "beta2": {"beta2": 0},
+                      "min-lr-ratio": {"min_lr_ratio": 10},
+                      "decay": {"lr": 0.01, "weight_decay": 150}}.items():
+    case(f"optimizer-config-{_name}",
+         lambda tmp, w, t=_train: ["model", "describe", "--config", cfg_json(tmp, {"train": t})])
+
+# --- wrong JSON types in config files: a string is not a number, nor "yes" a boolean ----
+
+WRONG_TYPES = {
+    "steps-as-text": {"train": {"steps": "600"}}, "lr-as-text": {"train": {"lr": "3e-3"}},
+    "fraction-as-text": {"data": {"val_fraction": "0.05"}},
+    "bool-as-text-true": {"model": {"qk_norm": "true"}},
+    "bool-as-text-on": {"model": {"attn_gate": "on"}},
+    "bool-as-number": {"train": {"compile": 1}}, "bool-as-zero": {"model": {"bias": 0}},
+    "number-as-bool": {"train": {"lr": False}}, "number-as-list": {"train": {"lr": [0.001]}},
+    "number-as-object": {"model": {"init_std": {"value": 0.02}}},
+    "null-as-text": {"model": {"head_dim": "none"}}, "int-as-bool": {"train": {"seed": False}},
+    "text-as-number": {"model": {"norm": 1}},
+}
+for _name, _raw in WRONG_TYPES.items():
+    case(f"types-describe-{_name}",
+         lambda tmp, w, r=_raw: ["model", "describe", "--config", cfg_json(tmp, r)])
+    case(f"types-train-{_name}", lambda tmp, w, r=_raw: ["train", "--config", cfg_json(tmp, r),
+                                                         "--corpus", TEXT, "--out",
+                                                         str(tmp / "out"), "--no-progress"])
+case("types-run-config-tie-as-text",
+     lambda tmp, w: ["generate", "--run", run_copy(tmp, w, edit_config(tie_embeddings="no")),
+                     "--prompt", "RO", "--tokens", "1"])
+for _name, _change in {"tie-as-text": {"tie_word_embeddings": "yes"},
+                       "tie-as-number": {"tie_word_embeddings": 1},
+                       "bias-as-text": {"attention_bias": "false"},
+                       "eps-as-text": {"rms_norm_eps": "1e-5"},
+                       "eps-as-bool": {"rms_norm_eps": True}}.items():
+    case(f"types-hf-{_name}", lambda tmp, w, c=_change: hf_import(hf_dir(tmp, c), tmp))
+
+# --- corpora too small for the split, the context and the tokenizer -------------------
+
+TINY_CORPORA: dict[str, tuple[str | bytes, list[str]]] = {
+    "one-character": ("x", []),
+    "one-below-the-char-minimum": ("q" * 35, []),  # tiny: seq_len 32, val 0.1 -> 36
+    "a-few-han-characters": ("天地玄黄宇宙洪荒", []),
+    "one-emoji": ("\U0001f600", []),
+    "bpe-on-two-hundred-bytes": ("to be or not to be " * 10, ["--tokenizer", "bpe", "--set",
+                                                              "train.seq_len=64"]),
+    "longer-context": ("abcdefghij" * 8, ["--set", "model.context_len=128",
+                                          "--set", "train.seq_len=100"]),
+    "split-leaves-one-val-token": ("word " * 20, ["--set", "data.val_fraction=0.01",
+                                                  "--set", "train.seq_len=16"]),
+}
+for _name, (_text, _extra) in TINY_CORPORA.items():
+    case(f"tiny-corpus-{_name}",
+         lambda tmp, w, t=_text, e=_extra: ["train", "--preset", "tiny", "--corpus",
+                                            text_file(tmp, t, "t.txt"), "--out",
+                                            str(tmp / "out"), "--no-progress", *e])
+case("tiny-corpus-folder-of-crumbs",
+     lambda tmp, w: ["train", "--preset", "tiny", "--corpus",
+                     folder_with({"a.txt": b"ab", "b.txt": b"cd", "c.txt": b"e"})(tmp),
+                     "--out", str(tmp / "out"), "--no-progress"])
+
+# --- thread counts past the machine's cores, or below zero ----------------------------
+
+for _n in ("100000", "1048576", "-2"):
+    case(f"threads-train-{_n}", lambda tmp, w, n=_n: train_argv(tmp, "--threads", n))
+    case(f"threads-generate-{_n}", lambda tmp, w, n=_n: ["generate", "--run", str(w.run),
+                                                         "--prompt", "RO", "--threads", n])
+case("threads-config-file", lambda tmp, w: [
+    "train", "--config", cfg_json(tmp, {"train": {"threads": 65536}}), "--corpus", TEXT,
+    "--out", str(tmp / "out"), "--no-progress"])
+case("threads-next-token", lambda tmp, w: ["next-token", "--run", str(w.run), "--prompt", "R",
+                                           "--threads", "300000"])
+case("threads-probe-run", lambda tmp, w: ["probe", "run", str(w.run), "--prompt", "RO",
+                                          "--threads", "99999"])
+case("threads-hf-probe", lambda tmp, w: ["hf", "probe", str(w.run), "--ids", "1,2",
+                                         "--threads", "-7"])
+case("threads-hf-export", lambda tmp, w: ["hf", "export", str(w.run), "--out", str(tmp / "o"),
+                                          "--threads", "123456"])
+case("threads-hf-import", lambda tmp, w: hf_import(str(w.hf), tmp, "--threads", "777777"))
+case("threads-experiment", lambda tmp, w: ["experiment", "residual", "--budget", "micro",
+                                           "--out", str(tmp / "exp"), "--threads", "555555"])
+case("threads-serve", lambda tmp, w: ["serve", "--port", "0", "--threads", "444444"])
+case("threads-lab", lambda tmp, w: ["lab", "--runs", str(tmp / "runs"), "--threads", "-3"])
+case("threads-not-a-number", lambda tmp, w: ["generate", "--run", str(w.run), "--prompt", "R",
+                                             "--threads", "two"])
+
+# --- garbled tokenizer files in a Hugging Face folder (parsed before they are copied) ----
+
+GARBLED_TOKENIZERS: dict[str, str | bytes] = {
+    "not-json": "tokenizer, version 1",
+    "truncated": '{"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0',
+    "wrong-model-type": '{"version": "1.0", "model": {"type": "Sentencepiece"}}',
+    "bpe-without-vocab": '{"version": "1.0", "model": {"type": "BPE", "merges": []}}',
+    "depthlab-char-file": '{"kind": "char", "chars": ["a", "b"]}',
+    "binary": b"\x89PNG\r\n\x1a\n" + b"\x00" * 40,
+    "json-list": "[1, 2, 3]",
+    "more-tokens-than-the-model": json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {f"w{i}": i for i in range(80)},
+                  "unk_token": "w0"}}),
+}
+for _name, _content in GARBLED_TOKENIZERS.items():
+    case(f"hf-import-tokenizer-{_name}",
+         lambda tmp, w, c=_content: hf_import(hf_dir(tmp, mutate=write("tokenizer.json", c)), tmp))
+
+# --- malformed id lists -----------------------------------------------------------------
+
+for _ids in ["4,,5", "6,", ",7", "8,,,9", "1 2", "+3", "\u0661\u0662", "0x10", " , ", "2.0"]:
+    case(f"ids-generate-{_ids}", lambda tmp, w, i=_ids: ["generate", "--run", str(w.run),
+                                                         "--prompt-ids", i, "--tokens", "1"])
+case("ids-next-token", lambda tmp, w: ["next-token", "--run", str(w.run), "--prompt-ids", "3,,"])
+case("ids-probe-run", lambda tmp, w: ["probe", "run", str(w.run), "--ids", "1,,3"])
+case("ids-hf-probe", lambda tmp, w: ["hf", "probe", str(w.run), "--ids", "5,-1"])
+
+# --- writes that fail: /proc, a name past the file system's limit, a read-only folder ----
+
+case("write-hf-export-proc", lambda tmp, w: ["hf", "export", str(w.run), "--out",
+                                             "/proc/self/hf-export"])
+case("write-hf-import-proc", lambda tmp, w: ["hf", "import", str(w.hf), "--out",
+                                             "/proc/self/imported"])
+case("write-plot-proc", lambda tmp, w: ["probe", "gradflow", "--depth", "2", "--plot",
+                                        "/proc/self/gradflow.png"])
+case("write-plot-name-too-long", lambda tmp, w: ["probe", "gradflow", "--depth", "2", "--plot",
+                                                 str(tmp / ("g" * 300 + ".png"))])
+case("write-experiment-proc", lambda tmp, w: ["experiment", "residual", "--budget", "micro",
+                                              "--out", "/proc/self/experiments"])
+
+
+def read_only_folder(tmp: Path) -> Path:
+    folder = tmp / "readonly"
+    folder.mkdir()
+    folder.chmod(0o500)
+    return folder
+
+
+if os.geteuid() != 0:  # root writes through permissions: the /proc cases stand for it there
+    case("write-hf-export-read-only", lambda tmp, w: [
+        "hf", "export", str(w.run), "--out", str(read_only_folder(tmp) / "hf")])
+    case("write-plot-read-only", lambda tmp, w: [
+        "probe", "gradflow", "--depth", "2", "--plot", str(read_only_folder(tmp) / "g.png")])
+
 
 def test_there_are_enough_cases():
     assert len(CASES) >= 150, len(CASES)
@@ -538,7 +689,8 @@ def test_malformed_input_is_one_line(world, tmp_path, capsys, name, build, expec
 
 SUBPROCESS_CASES = ["train-config-nested-100000", "corpus-dev-zero", "generate-flags---temperature_nan",
                     "resume-state-garbage", "hf-import-rope-both-llama3-scaling",
-                    "train-flags---set_train.batch_size=1000000000"]
+                    "train-flags---set_train.batch_size=1000000000", "threads-train-1048576",
+                    "write-hf-export-proc", "tiny-corpus-one-character"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS_CASES)

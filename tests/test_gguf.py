@@ -344,3 +344,13 @@ def test_a_gguf_run_exports_to_a_checkpoint_transformers_loads(tiny, tiny_run, t
     assert err < 1e-4
     tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
     assert tok.encode(MIXED_TEXT) == _transformers_tokenizer(tiny).encode(MIXED_TEXT)
+
+
+def test_no_progress_means_an_empty_stderr(tiny, tmp_path, capsys):
+    capsys.readouterr()
+    assert _cli("hf", "import-gguf", str(tiny), "--out", str(tmp_path / "quiet"),
+                "--no-progress") == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == "" and "imported" in quiet.out
+    assert _cli("hf", "import-gguf", str(tiny), "--out", str(tmp_path / "told")) == 0
+    assert "reading" in capsys.readouterr().err  # the lines --no-progress silences

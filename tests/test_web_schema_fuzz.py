@@ -64,3 +64,63 @@ def test_every_operation_conforms_to_its_schema(case, served):
     if case.meta.generation.mode == schemathesis.GenerationMode.POSITIVE:
         assert response.status_code != 403, response.text
     SEEN.setdefault(f"{case.method} {case.path}", []).append(response.status_code)
+
+
+# --- half-sent requests: the server bounds how long it waits for a whole request ---------
+
+HALF_SENT = {
+    "half-a-request-line": b"GET /api/me",
+    "headers-without-the-blank-line": b"GET /api/meta HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+    "body-shorter-than-its-length": (b"POST /api/gradflow HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     b"Content-Type: application/json\r\nContent-Length: 400\r\n"
+                                     b"\r\n{\"depth\": "),
+    "chunked-body-never-ended": (b"POST /api/gradflow HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n4\r\n{\"de\r\n"),
+    "nothing-at-all": b"",
+}
+READ_TIMEOUT_S = 1.0  # the server's bound in this test; `depthlab serve` uses 20 s
+
+
+def _closed_by_server(sock, trickle: bytes = b"") -> bool:
+    """Whether the server closes the connection: recv returns b"" (or the connection is
+    reset) within a bounded number of waits, trickling one byte per wait if asked."""
+    sock.settimeout(0.5)
+    for _ in range(60):  # 30 s at most; the bound under test is READ_TIMEOUT_S
+        try:
+            if trickle:
+                sock.sendall(trickle)
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        if data == b"":
+            return True
+        if data.startswith(b"HTTP/1.1 4"):  # a refusal (400/408) then close counts as well
+            continue
+    return False
+
+
+def test_half_sent_requests_are_dropped(tmp_path):
+    import socket
+
+    import requests
+
+    app = create_app(tmp_path, allowed_hosts=["127.0.0.1"], warm=False)
+    with live_server(app, read_timeout_s=READ_TIMEOUT_S) as base:
+        port = int(base.rsplit(":", 1)[1])
+        socks = {}
+        for name, data in HALF_SENT.items():
+            socks[name] = socket.create_connection(("127.0.0.1", port), timeout=5)
+            socks[name].sendall(data)
+        trickler = socket.create_connection(("127.0.0.1", port), timeout=5)
+        trickler.sendall(b"GET /api/meta HTTP/1.1\r\nX-Slow: ")
+        still_open = [name for name, s in socks.items() if not _closed_by_server(s)]
+        assert not still_open, still_open
+        assert _closed_by_server(trickler, trickle=b"a"), "a trickled header kept its connection"
+        for s in [*socks.values(), trickler]:
+            s.close()
+        # A whole request is still answered, and a keep-alive connection serves a second one.
+        with requests.Session() as session:
+            for _ in range(2):
+                assert session.get(f"{base}/api/meta", timeout=10).status_code == 200

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, NoReturn
 
-from depthlab.errors import UserError
+from depthlab.errors import UserError, write_failed
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,6 +29,19 @@ def run_handler(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # `depthlab ... | head`
         sys.stderr.close()
         return 0
+    except OSError as e:  # disk full, a read-only folder, /proc: the input was the place
+        print(f"depthlab: error: {write_failed(e)}", file=sys.stderr)
+        return 2
+
+
+def parse_ids(text: str, flag: str) -> list[int]:
+    """"1,2, 3" -> [1, 2, 3]; an empty item, a sign or anything but digits is refused."""
+    items = [s.strip() for s in text.split(",")]
+    if not all(s.isascii() and s.isdigit() for s in items):
+        bad = next(s for s in items if not (s.isascii() and s.isdigit()))
+        raise UserError(f"{flag} must be token ids (whole numbers >= 0) separated by single "
+                        f"commas, e.g. 1,2,3; {bad!r} in {text!r} is not one")
+    return [int(s) for s in items]
 
 
 def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "course") -> None:

@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from depthlab.cli.table import legend, print_lines, table
+from depthlab.threads import SMALL_D_MODEL, add_threads_arg, use_threads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="train again the runs in DIR/NAME that were made with another config "
                    "(without it they are refused, naming the fields that differ)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    add_threads_arg(p)
     p.set_defaults(handler=handle)
 
 
@@ -69,16 +71,16 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
-    import torch
-
     from depthlab.experiments import run_experiment
 
-    torch.set_num_threads(1)  # runs go one at a time; tiny models are fastest on one thread
+    # Runs go one at a time; each training run applies the rule to its own width, and the
+    # init-time measurements are of the lesson's models (one thread by the rule).
+    use_threads(args.threads, SMALL_D_MODEL)
     from pathlib import Path
 
     command = "depthlab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     root = run_experiment(args.name, budget=args.budget, out_dir=Path(args.out), seeds=args.seeds,
                           corpus=args.corpus, progress=not args.no_progress, command=command,
-                          rerun=args.rerun)
+                          rerun=args.rerun, threads=args.threads)
     print((root / "summary.md").read_text(encoding="utf-8"))
     return 0

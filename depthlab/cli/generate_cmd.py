@@ -7,9 +7,10 @@ import argparse
 import math
 from pathlib import Path
 
-from depthlab.cli.common import print_json
+from depthlab.cli.common import parse_ids, print_json
 from depthlab.errors import UserError
 from depthlab.rundir import load_model, load_tokenizer
+from depthlab.threads import add_threads_arg, check_threads, use_threads
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -21,6 +22,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "mps"),
                    help="cpu (default), cuda or mps")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_threads_arg(p)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,15 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _load(args: argparse.Namespace):
     from depthlab.train.runtime import pick_device  # torch: only when the command runs
 
-    model, _ = load_model(Path(args.run), device=str(pick_device(args.device)))
+    check_threads(args.threads)
+    ids = parse_ids(args.prompt_ids, "--prompt-ids") if args.prompt_ids is not None else None
+    model, cfg = load_model(Path(args.run), device=str(pick_device(args.device)))
+    use_threads(args.threads, cfg.model.d_model)
     tok = load_tokenizer(Path(args.run))
-    if args.prompt_ids is not None:
-        try:
-            ids = [int(s) for s in args.prompt_ids.replace(" ", "").split(",") if s]
-        except ValueError:
-            raise UserError(f"--prompt-ids must be integers separated by commas, "
-                            f"got {args.prompt_ids!r}") from None
-    else:
+    if ids is None:
         if tok is None:
             raise UserError(f"{args.run}: no tokenizer.json; give the prompt as --prompt-ids")
         ids = tok.encode(args.prompt)

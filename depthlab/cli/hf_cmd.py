@@ -10,6 +10,7 @@ from depthlab.cli.run_probe_cmd import add_run_probe
 from depthlab.hf.config_map import export_switches
 from depthlab.hf.mapping import FAMILIES, IMPORT, families_for
 from depthlab.hf.mapping_doc import help_text
+from depthlab.threads import add_threads_arg, use_threads
 
 
 def _described(text: str) -> dict:
@@ -44,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="store the weights in the checkpoint's dtype (e.g. bfloat16, half the "
                    "disk) instead of float32; the model computes in float32 either way")
     i.add_argument("--force", action="store_true", help="overwrite an existing run directory")
+    add_threads_arg(i)
     i.set_defaults(handler=import_cmd)
 
     g = hsub.add_parser(
@@ -59,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write")
     g.add_argument("--force", action="store_true", help="replace an existing run directory")
     g.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    add_threads_arg(g)
     g.set_defaults(handler=import_gguf_cmd)
 
     e = hsub.add_parser(
@@ -72,6 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--out", required=True, metavar="HF_DIR", help="checkpoint directory to write")
     e.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")
+    add_threads_arg(e)
     e.set_defaults(handler=export_cmd)
 
     add_run_probe(hsub, "probe", alias=True)
@@ -81,6 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def import_cmd(args: argparse.Namespace) -> int:
     from depthlab.hf import import_checkpoint
 
+    use_threads(args.threads, None)
     r = import_checkpoint(args.hf_dir, args.out, dtype=None if args.keep_dtype else _f32(),
                           force=args.force)
     _report_import(r)
@@ -92,8 +97,12 @@ def import_gguf_cmd(args: argparse.Namespace) -> int:
 
     from depthlab.hf.gguf_import import import_gguf
 
+    use_threads(args.threads, None)
+    # The "reading"/"writing" lines are progress too: --no-progress leaves stderr empty.
+    say = None if args.no_progress else (
+        lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
     r = import_gguf(args.source, args.out, force=args.force, progress=not args.no_progress,
-                    log=lambda msg: print(f"depthlab: {msg}", file=sys.stderr, flush=True))
+                    log=say)
     _report_import(r)
     return 0
 
@@ -109,6 +118,7 @@ def _report_import(r) -> None:  # r: depthlab.hf.Converted
 def export_cmd(args: argparse.Namespace) -> int:
     from depthlab.hf import export_run
 
+    use_threads(args.threads, None)
     r = export_run(args.run_dir, args.out, force=args.force)
     print(f"exported {r.architecture} ({r.n_params:,} parameters, float32"
           f"{', tokenizer.json' if r.tokenizer else ''}) -> {r.out_dir}")

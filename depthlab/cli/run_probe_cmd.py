@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from depthlab.cli.common import print_json
+from depthlab.cli.common import parse_ids, print_json
 from depthlab.cli.realmodel_report import print_realmodel
-from depthlab.errors import UserError
+from depthlab.threads import add_threads_arg, check_threads
 
 HOME = "depthlab probe run"
 EXAMPLE = "runs/course-shakespeare-char-s1337"
@@ -37,6 +37,7 @@ def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = Fals
     pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
     pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
+    add_threads_arg(pr)
     pr.set_defaults(handler=run_probe)
 
 
@@ -44,14 +45,13 @@ def run_probe(args: argparse.Namespace) -> int:
     from depthlab.probes.realmodel import probe_run_dir  # torch: only when the command runs
 
     if args.ids is not None:
-        try:
-            prompt = [int(t) for t in args.ids.split(",") if t.strip()]
-        except ValueError:
-            raise UserError(f"--ids must be comma-separated integers, got {args.ids!r}") from None
+        prompt = parse_ids(args.ids, "--ids")
     else:
         prompt = args.prompt
+    check_threads(args.threads)
     target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
-    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device)
+    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device,
+                           threads=args.threads)
     if args.plot:
         from depthlab.probes.realmodel_plot import plot_realmodel  # matplotlib, only for --plot
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from depthlab.errors import UserError
+from depthlab.threads import SMALL_D_MODEL, add_threads_arg, check_threads, use_threads
 
 LAB_EXPERIMENT = "residual"
 
@@ -61,6 +62,9 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
                    help="runs directory with the experiments' export.json (default: runs)")
+    add_threads_arg(p, "torch threads for the page's probes (and for lab's experiment runs), "
+                    "1 to the cores this process may use; default 0: automatic, the rule "
+                    "training uses, which gives the lesson's models (d_model up to 256) one")
 
 
 def _is_loopback(host: str) -> bool:
@@ -77,18 +81,19 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from depthlab.probes import use_single_thread
     from depthlab.web.app import create_app
+    from depthlab.web.server import server_config
 
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
-    use_single_thread()
+    check_threads(args.threads)
     loopback = _is_loopback(args.host)
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
     if not loopback:
         print(f"depthlab: warning: serving on {args.host}, reachable from other machines",
               file=sys.stderr)
     app = create_app(args.runs, allowed_hosts=hosts)
+    use_threads(args.threads, SMALL_D_MODEL)  # after create_app, which sets one
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -101,8 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     shown = f"[{shown}]" if ":" in shown else shown
     print(f"depthlab: the lesson page is at http://{shown}:{port}/  (Ctrl+C stops it)", flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    uvicorn.Server(server_config(app)).run(sockets=[sock])
     return 0
 
 
@@ -111,6 +115,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def run_lab(args: argparse.Namespace) -> int:
+    check_threads(args.threads)
     export = args.runs / LAB_EXPERIMENT / "export.json"
     if export.is_file():
         print(f"depthlab: data found: {export}")
@@ -123,7 +128,7 @@ def run_lab(args: argparse.Namespace) -> int:
         print(f"depthlab: no data at {export}; running `depthlab experiment {LAB_EXPERIMENT} "
               f"--budget {args.budget} --out {args.runs}`", flush=True)
         run_experiment(LAB_EXPERIMENT, budget=args.budget, out_dir=args.runs,
-                       progress=not args.no_progress)
+                       progress=not args.no_progress, threads=args.threads)
         if not export.is_file():
             raise UserError(f"the experiment finished without writing {export}")
         print(f"depthlab: data written: {export}")

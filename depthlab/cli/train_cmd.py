@@ -17,6 +17,7 @@ from depthlab.cli.common import add_config_args, config_from_args, print_json
 from depthlab.config import apply_overrides, validate
 from depthlab.corpus import corpus_label
 from depthlab.errors import UserError
+from depthlab.threads import HELP as THREADS_HELP
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="optimizer steps (train.steps)")
     p.add_argument("--seed", type=int, help="seed for init and data order (train.seed)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), help="train.device")
-    p.add_argument("--threads", type=int, help="torch threads per process; 0: auto")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help=f"train.threads: {THREADS_HELP}; under torchrun one per process")
     p.add_argument("--compile", action="store_true", default=None,
                    help="torch.compile the model (train.compile): minutes of compilation "
                    "first; pays off on GPUs, not on the CPUs bench/ measured; falls back to "

@@ -112,16 +112,18 @@ def run_experiment(
     command: str | None = None,
     echo: bool = True,
     rerun: bool = False,
+    threads: int = 0,
 ) -> Path:
     """Run (or finish) the grid of experiment `name` and export it to out_dir/name.
-    A run directory holding another config is refused, or with `rerun` trained again."""
+    A run directory holding another config is refused, or with `rerun` trained again.
+    `threads` is each training run's train.threads (0: depthlab.threads' rule)."""
     exp = get_experiment(name)
     if budget not in BUDGETS:
         raise UserError(f"unknown budget {budget!r}; choose one of: {', '.join(BUDGETS)}")
     if seeds is not None and not 1 <= seeds <= 10:
         raise UserError(f"--seeds must be between 1 and 10, got {seeds}")
     b = BUDGETS[budget]
-    specs = exp.grid(base_config(b, corpus), b, seeds or b.seeds)
+    specs = exp.grid(base_config(b, corpus, threads), b, seeds or b.seeds)
     root = Path(out_dir) / name
     cmd = command or f"depthlab experiment {name} --budget {budget}" + (
         f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")

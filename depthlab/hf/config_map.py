@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -83,14 +84,18 @@ def rope_theta(raw: dict[str, Any], purpose: str = IMPORT) -> float:
 
 
 def _value(f: Field, value: Any) -> Any:
+    """A field's JSON value, its type checked as Transformers' config classes declare it:
+    "yes" is not a boolean, "32" not an integer, true not a number."""
     if f.kind is bool:
-        return bool(value)
+        if not isinstance(value, bool):
+            raise refuse(f.hf, value, "expected true or false (a JSON boolean)")
+        return value
     if f.kind is int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise refuse(f.hf, value, "expected a positive integer")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise refuse(f.hf, value, "expected a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise refuse(f.hf, value, "expected a finite number")
     return float(value)
 
 

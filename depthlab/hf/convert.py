@@ -19,7 +19,7 @@ import torch
 
 from depthlab import rundir
 from depthlab.config import Config
-from depthlab.errors import UserError, read_json_object
+from depthlab.errors import MAX_JSON_BYTES, UserError, read_json_object
 from depthlab.hf.config_map import export_family, hf_config_from_model, run_config_from_hf
 from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import SINGLE_FILE, hf_name, is_ignored, read_tensors, weight_files
@@ -67,6 +67,8 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     raw = _read_json(hf_dir / HF_CONFIG)
     tokenizer = hf_dir / rundir.TOKENIZER_FILE
     cfg, kind = run_config_from_hf(raw, has_tokenizer=tokenizer.exists())
+    if tokenizer.exists():
+        check_tokenizer_file(tokenizer, cfg.model.vocab_size)
     files = weight_files(hf_dir)
     _check_out(out_dir, rundir.CONFIG_FILE, force)
     model, n_params = model_from_hf_tensors(
@@ -118,6 +120,26 @@ def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
         first = str(e).split("\n\t")[1] if "\n\t" in str(e) else str(e)
         raise UserError(f"{where}: weights do not fit the config ({first.strip()})") from None
     return model, sum(t.numel() for t in state.values())
+
+
+def check_tokenizer_file(path: Path, vocab_size: int) -> None:
+    """Parse a Hugging Face tokenizer.json with the `tokenizers` library before it is copied
+    into a run, and check its ids fit the model's vocabulary; else one line naming it."""
+    from tokenizers import Tokenizer
+
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise UserError(f"{path}: larger than {MAX_JSON_BYTES >> 20} MiB; not a tokenizer")
+        n = Tokenizer.from_file(str(path)).get_vocab_size(with_added_tokens=True)
+    except UserError:
+        raise
+    except Exception as e:  # the library raises its own Exception for every parse error
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise UserError(f"{path}: not a tokenizer.json the tokenizers library reads ({detail}); "
+                        "repair it or remove it to import without a tokenizer") from None
+    if n > vocab_size:
+        raise UserError(f"{path}: {n} tokens, more than the model's vocab_size {vocab_size} "
+                        "(config.json); ids past it would have no embedding")
 
 
 def _is_tokenizers_file(path: Path) -> bool:

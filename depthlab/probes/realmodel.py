@@ -193,14 +193,19 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> d
 
 
 def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | None = None,
-                  device: str = "cpu") -> dict[str, Any]:
+                  device: str = "cpu", threads: int | None = None) -> dict[str, Any]:
     """`realmodel_probes` on a run directory. `prompt` is text (the run's tokenizer) or
-    token ids; `target` is the lens's token: an id, or text whose first token is used."""
+    token ids; `target` is the lens's token: an id, or text whose first token is used.
+    `threads` (0: depthlab.threads' rule for the run's width) sets torch's threads;
+    None leaves them as they are."""
     from pathlib import Path
 
     from depthlab import rundir
+    from depthlab.threads import use_threads
 
-    model, _ = rundir.load_model(Path(run_dir), device=device)
+    model, cfg = rundir.load_model(Path(run_dir), device=device)
+    if threads is not None:
+        use_threads(threads, cfg.model.d_model)
     tokenizer = rundir.load_tokenizer(Path(run_dir))
     if isinstance(prompt, str):
         if tokenizer is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from depthlab.config import Config
+from depthlab.errors import UserError, write_failed
 from depthlab.hooks import HookFn
 from depthlab.metrics import read_metrics
 from depthlab.progress import Progress
@@ -23,7 +24,7 @@ from depthlab.train.measures import probe_due
 from depthlab.train.setup import LoopState, Run
 from depthlab.train.startup import agree_on_start, claim
 from depthlab.train.step import apply_step, train_step
-from depthlab.train.stop import end_of_step, fail
+from depthlab.train.stop import end_of_step, fail, newest_on_disk, newest_step_on_disk
 
 EXIT_INTERRUPTED = 130
 EXIT_DIVERGED = 3
@@ -82,6 +83,8 @@ def train(
         lock = claim(Path(out_dir), rt)  # one process per run directory, held to the end
         return _train(cfg, Path(out_dir), rt, resume, overwrite, progress, max_steps,
                       list(fwd_hooks), on_step, cache_root)
+    except OSError as e:  # disk full, a folder made read-only: what --resume will find
+        raise UserError(write_failed(e, newest_on_disk(Path(out_dir)))) from None
     finally:
         if lock is not None:
             lock.release()
@@ -133,7 +136,8 @@ def _run_steps(run: Run, st: LoopState, progress: bool, max_steps: int | None,
                     break
         except KeyboardInterrupt:
             st.status = "interrupted"
-            st.message = f"stopped hard at step {st.step}; last checkpoint kept"
+            st.message = f"stopped hard after step {st.step}; {newest_on_disk(run.run_dir)}"
+            st.step = newest_step_on_disk(run.run_dir) or 0  # the summary's step is on disk
         except Exception as e:
             if run.writer is not None:
                 run.writer.log("run_end", step=st.step, status="failed",

@@ -1,8 +1,9 @@
 """Where a run executes: device, threads, torchrun ranks, compilation and stop signals.
 
-Thread default (train.threads=0): one thread per process up to d_model 256 and
-always under torchrun; every core only for wider models. bench/train_speed.py measures
-one against two threads at the course shapes (README "Speed" has its figures).
+Thread default (train.threads=0): depthlab.threads' rule, shared by every command that
+runs a model: one thread per process up to d_model 256 and always under torchrun; the
+idle cores only for wider models. bench/train_speed.py measures one against two threads
+at the course shapes (README "Speed" has its figures).
 
 On CUDA: TF32 matmuls, pinned host batches copied without blocking; bf16 autocast
 (train.dtype), fused AdamW and flash attention (SDPA with is_causal picks it for
@@ -23,6 +24,7 @@ import torch.distributed as dist
 
 from depthlab.config import Config
 from depthlab.errors import UserError
+from depthlab.threads import use_threads
 
 
 @dataclass(frozen=True)
@@ -107,12 +109,6 @@ def compile_or_eager(net: torch.nn.Module) -> Callable[..., torch.Tensor]:
     return forward
 
 
-def auto_threads(cfg: Config, world: int) -> int:
-    if world > 1 or cfg.model.d_model <= 256:
-        return 1
-    return max(1, os.cpu_count() or 1)
-
-
 def start(cfg: Config) -> Runtime:
     """Join torchrun's process group when launched by it; choose device and threads."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -122,7 +118,7 @@ def start(cfg: Config) -> Runtime:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on tensor cores
         torch.backends.cudnn.allow_tf32 = True
-    torch.set_num_threads(cfg.train.threads or auto_threads(cfg, world))
+    use_threads(cfg.train.threads, cfg.model.d_model, world, name="train.threads (--threads)")
     owns = False
     if world > 1:
         if cfg.train.batch_size % world:

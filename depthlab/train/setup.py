@@ -74,14 +74,34 @@ def resolve_config(cfg: Config, data: TokenData) -> Config:
     return replace(cfg, model=replace(cfg.model, vocab_size=data.vocab_size))
 
 
+def min_corpus_tokens(seq_len: int, val_fraction: float) -> int:
+    """The fewest tokens whose split (the last max(1, floor(n * val_fraction)) tokens are
+    validation) leaves seq_len + 1 training tokens, one window and its target, and 2
+    validation tokens. Both conditions only get easier as n grows: a bisection."""
+    def fits(n: int) -> bool:
+        n_val = max(1, int(n * val_fraction))
+        return n_val >= 2 and n - n_val >= seq_len + 1
+
+    low, high = 1, 1
+    while not fits(high):
+        low, high = high, high * 2
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if not fits(mid) else (low, mid)
+    return high
+
+
 def _check_sizes(cfg: Config, data: TokenData) -> None:
-    need = cfg.train.seq_len + 1
-    if len(data.train) < need:
-        raise UserError(f"corpus {cfg.data.corpus!r}: the train split has {len(data.train)} "
-                        f"tokens, fewer than train.seq_len + 1 = {need}")
-    if len(data.val) < 2:
-        raise UserError(f"corpus {cfg.data.corpus!r}: the val split has under 2 tokens; "
-                        "use more text or a larger data.val_fraction")
+    t, d = cfg.train, cfg.data
+    if len(data.train) >= t.seq_len + 1 and len(data.val) >= 2:
+        return
+    need = min_corpus_tokens(t.seq_len, d.val_fraction)
+    per = ("one token per character" if d.tokenizer == "char" else
+           "BPE makes fewer tokens than characters, so give more text than that")
+    raise UserError(f"corpus {d.corpus!r} is too small: {len(data.train) + len(data.val)} "
+                    f"{d.tokenizer} tokens; train.seq_len={t.seq_len} with "
+                    f"data.val_fraction={d.val_fraction:g} needs at least {need} tokens ({per}), "
+                    "or lower train.seq_len")
 
 
 def prepare(cfg: Config, rt: runtime.Runtime,

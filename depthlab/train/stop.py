@@ -24,6 +24,24 @@ def checkpoint(run: Run, st: LoopState) -> None:
     run.rt.barrier()
 
 
+def newest_step_on_disk(run_dir: Path) -> int | None:
+    """The step of the newest checkpoint folder, as the folder says (not as the loop
+    believes: an interrupted save may or may not have reached its rename)."""
+    from depthlab.train.checkpoint import checkpoint_dirs
+
+    found = checkpoint_dirs(run_dir)
+    return found[-1][0] if found else None
+
+
+def newest_on_disk(run_dir: Path) -> str:
+    """What a --resume would start from, in words."""
+    step = newest_step_on_disk(run_dir)
+    if step is None:
+        return "no checkpoint is on disk yet"
+    path = Path(run_dir) / "checkpoints" / f"step_{step:07d}"
+    return f"the newest checkpoint on disk is step {step} ({path}); --resume continues from it"
+
+
 def divergence_message(what: str, step: int, run_dir: Path, saved_step: int | None) -> str:
     """What went wrong and what is actually on disk (never a step that was not saved)."""
     if saved_step is None:
