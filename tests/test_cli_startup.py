@@ -90,7 +90,8 @@ def test_plain_arithmetic_norms_match_the_models_classes(x, eps):
 TORCH_FREE = [
     "depthlab", "depthlab.atomic", "depthlab.config", "depthlab.errors", "depthlab.locales",
     "depthlab.memory", "depthlab.presets", "depthlab.progress", "depthlab.corpus",
-    "depthlab.metrics", "depthlab.rundir", "depthlab.tokenizer",
+    "depthlab.metrics", "depthlab.rundir", "depthlab.tokenizer", "depthlab.tokstream",
+    "depthlab.numtext", "depthlab.threads",
     "depthlab.cli", "depthlab.cli.anatomy_cmd", "depthlab.cli.common", "depthlab.cli.experiment_cmd",
     "depthlab.cli.generate_cmd", "depthlab.cli.hf_cmd", "depthlab.cli.model_cmd",
     "depthlab.cli.probe_cmd", "depthlab.cli.realmodel_report", "depthlab.cli.run_probe_cmd",
@@ -102,6 +103,7 @@ TORCH_FREE = [
     "depthlab.probes.simulator_bounds", "depthlab.probes.jsonsafe",
     "depthlab.web", "depthlab.web.app", "depthlab.web.compute", "depthlab.web.export",
     "depthlab.web.guard", "depthlab.web.lesson", "depthlab.web.runs", "depthlab.web.schemas",
+    "depthlab.web.server", "depthlab.web.messages",
 ]
 IMPORT_EACH = """
 import importlib, json, sys

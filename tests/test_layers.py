@@ -26,7 +26,8 @@ LAYERS = {
     "depthlab.memory": 0,  # parameter and memory counts from a config's shapes
     "depthlab.presets": 0,
     "depthlab.progress": 0,
-    "depthlab.numtext": 0,  # typed numbers read the same whatever the keyboard (full-width digits)
+    "depthlab.numtext": 0,
+    "depthlab.threads": 0,  # how many threads a command that runs a model takes  # typed numbers read the same whatever the keyboard (full-width digits)
     # 1. The model. Its hook points are modules inside it, so depthlab.hooks (the hook API
     #    the model inherits) sits here rather than above the model.
     "depthlab.hooks": 1,
