@@ -199,3 +199,57 @@ def test_realmodel_probes_read_a_widened_stream_as_the_model_reads_it_out(residu
         probs = model(torch.tensor([ids]))[0, -1].double().softmax(-1)
     entropy = float(-(probs * probs.log()).sum())
     assert out["lens"]["entropy"][-1] == pytest.approx(entropy, rel=1e-5)
+
+
+LENS_LABELS = ["embed", "0.attn", "0.mlp", "1.attn", "1.mlp"]
+
+
+@pytest.mark.parametrize("rank, stays, first", [
+    ([3, 1, 0, 0, 0], "0.mlp", "0.mlp"),  # found and kept: one state names both
+    ([2, 0, 1, 0, 0], "1.attn", "0.attn"),  # top-1, lost, back: stays from 1.attn only
+    ([1, 0, 0, 2, 4], None, "0.attn"),  # top-1 for a while, not at the end
+    ([0, 0, 0, 0, 0], "embed", "embed"),
+    ([5, 4, 3, 2, 1], None, None),  # never
+])
+def test_the_lens_reading_names_where_the_target_stays_top1(rank, stays, first):
+    from depthlab.probes.realmodel import lens_reading
+
+    assert lens_reading(rank, LENS_LABELS) == {"stays_top1": stays, "first_top1": first}
+
+
+@pytest.mark.parametrize("rank, stays, first", [
+    ([3, 1, 0, 0, 0], "0.mlp", "0.mlp"),
+    ([2, 0, 1, 0, 0], "1.attn", "0.attn"),
+    ([1, 0, 0, 2, 4], None, "0.attn"),
+])
+def test_the_lens_reads_a_constructed_stream_as_its_hand_computed_rank_table(rank, stays, first):
+    """One-hot unembedding rows make each logit the normed stream's coordinate: a state
+    where the target's coordinate is 1 and r others are 2 ranks the target r, exactly."""
+    from depthlab.probes.realmodel import lens_probes
+
+    model = _model(seed=0, vocab_size=16, d_model=32)  # 2 blocks: 5 states, tied embeddings
+    with torch.no_grad():
+        model.embed_tokens.weight.copy_(torch.eye(16, 32))
+    target = 3
+    states = torch.zeros(len(rank), 2, 32)
+    for k, r in enumerate(rank):
+        states[k, -1, target] = 1.0
+        others = [j for j in range(16) if j != target][:r]
+        states[k, -1, others] = 2.0
+        states[k, -1, 16:] = 0.5  # width the unembedding does not read
+    with torch.no_grad():
+        lens = lens_probes(model, states, target, LENS_LABELS)
+    assert lens["rank"] == rank
+    assert (lens["stays_top1"], lens["first_top1"]) == (stays, first)
+
+
+def test_the_lens_sentence_says_both_states_when_they_differ():
+    from depthlab.probes.realmodel import lens_sentence
+
+    back = lens_sentence("' cold'", "1.attn", "0.attn")
+    assert back["en"] == ("' cold' is top-1 from 1.attn on, in every state to the end; it was "
+                          "top-1 already at 0.attn, then lost that place.")
+    assert "1.attn" in back["zh"] and "0.attn" in back["zh"] and back["zh"].endswith("。")
+    assert lens_sentence("'x'", "0.mlp", "0.mlp")["en"] == "'x' is top-1 from 0.mlp on, in every state to the end."
+    assert lens_sentence("'x'", None, "0.attn")["en"].endswith("it is not top-1 at the end.")
+    assert lens_sentence("'x'", None, None)["en"] == "'x' never becomes top-1."
