@@ -276,11 +276,13 @@
       box.textContent = "";
       const cur = runs.find((r) => r.name === runOf(st));
       if (DL.lang() !== "zh" || !cur || cur.trained_on !== "en") return;
-      box.append(DL.t("rm.zh.english", { run: cur.name }) + " ");
+      const [before, after] = DL.t("rm.zh.english", { run: "\u0000" }).split("\u0000"); // the name as code
+      box.append(before, h("code", {}, cur.name), after + " ");
+      if (source.kind !== "live") return; // a static copy holds one run
       const zh = runs.filter((r) => r.trained_on === "zh");
       if (zh.length) {
         box.append(DL.t("rm.zh.offer") + " ", zh.map((r) => [h("button", { type: "button", class: "rm-pick",
-          onclick: () => DL.state.set({ rrun: r.name }) }, DL.t("rm.zh.pick", { run: r.name })), " "]).flat());
+          onclick: () => DL.state.set({ rrun: r.name, rp: "" }) }, DL.t("rm.zh.pick") + " ", h("code", {}, r.name)), " "]).flat());
       } else {
         box.append(DL.t("rm.zh.none") + " ", h("code", {}, "depthlab train --preset course --corpus hongloumeng --tokenizer bpe --out runs/hlm"));
       }
