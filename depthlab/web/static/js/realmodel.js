@@ -48,7 +48,8 @@
     { section: "massive", id: "rm-massive", title: "rm.c.massive", x: "rm.ax.state", y: "rm.ax.abs", yLog: true, at: stateName,
       series: [["rm.s.max", C.plain], ["rm.s.median", C.theory, true]],
       data: (r) => [range(0, r.massive.max_abs.length - 1), [r.massive.max_abs, r.massive.median_abs]],
-      extra: (r, x, k) => (k === 0 ? " · " + DL.t("rm.at", { dim: r.massive.dim[x], tok: r.massive.token[x] }) : "") },
+      extra: (r, x, k) => (k === 0 ? " · " + DL.t("rm.at", { dim: r.massive.dim[x], tok: r.massive.token[x] }) +
+        (r.tokens ? " " + JSON.stringify(r.tokens[r.massive.token[x]]) : "") : "") },
     { section: "collapse", id: "rm-collapse", title: "rm.c.collapse", x: "rm.ax.state", y: "rm.ax.cos", at: stateName,
       series: [["rm.s.cos", C.accent], ["rm.s.cos_others", C.improved, true], ["rm.s.dist", C.theory]],
       data: (r) => [range(0, r.stream.mean_cosine.length - 1),
