@@ -253,3 +253,33 @@ def test_the_lens_sentence_says_both_states_when_they_differ():
     assert lens_sentence("'x'", "0.mlp", "0.mlp")["en"] == "'x' is top-1 from 0.mlp on, in every state to the end."
     assert lens_sentence("'x'", None, "0.attn")["en"].endswith("it is not top-1 at the end.")
     assert lens_sentence("'x'", None, None)["en"] == "'x' never becomes top-1."
+
+
+def test_probe_run_cli_shows_byte_level_tokens_as_text(tmp_path, capsys):
+    """A byte-level BPE too small to hold Chinese characters whole: the report shows each
+    character once (never '\\ufffd'), numbered from 0, and how a typed target tokenised."""
+    from depthlab.tokenizer import BPETokenizer
+
+    text = "残差连接把每一层的输出加回到残差流上。The residual stream."
+    tok = BPETokenizer.train(text * 3, 270)
+    cfg = apply_overrides(get_preset("tiny"), [f"model.vocab_size={tok.vocab_size}"])
+    run = tmp_path / "bpe-run"
+    torch.manual_seed(0)
+    rundir.write_config(run, cfg)
+    rundir.save_weights(run, Transformer(cfg.model))
+    tok.save(run / rundir.TOKENIZER_FILE)
+    prompt = "残差流把每一层加回"
+    assert any(len(tok.encode(c)) > 1 for c in prompt)  # some characters span tokens
+    assert main(["probe", "run", str(run), "--prompt", prompt, "--target", " 残"]) == 0
+    out = capsys.readouterr().out
+    assert "\ufffd" not in out
+    import re
+
+    header = out.splitlines()[0]
+    shown = re.findall(r"(\d+)(?:-(\d+))? '([^']*)'", header.split("numbered from 0 (", 1)[1])
+    assert "".join(t for _, _, t in shown) == prompt  # every character once, in order
+    assert shown[0][0] == "0" and any(b for _, b, _ in shown)  # from 0; a character over tokens
+    n = len(tok.hf.encode(" 残", add_special_tokens=False).ids)
+    assert f"The target ' 残' is {n} token" in out
+    assert main(["next-token", "--run", str(run), "--prompt", prompt, "--show", "20"]) == 0
+    assert "\ufffd" not in capsys.readouterr().out

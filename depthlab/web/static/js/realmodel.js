@@ -85,6 +85,15 @@
     return out;
   }
 
+  // A template whose fields in `codes` are set as <code> (token text, a run's name), so
+  // that data stays apart from the sentence around it.
+  function withCode(key, plain, codes) {
+    const names = Object.keys(codes);
+    const marks = Object.fromEntries(names.map((k, i) => [k, "\u0000" + i + "\u0000"]));
+    return DL.t(key, Object.assign({}, plain, marks)).split("\u0000")
+      .map((part, i) => (i % 2 ? h("code", {}, codes[names[+part]]) : part));
+  }
+
   DL.figures.realmodel = function (source, showError) {
     const runSel = $("rm-run");
     const promptSel = $("rm-prompt");
@@ -231,9 +240,9 @@
           sec.append(h("p", { class: "readout" }, DL.t("rm.target"), " ",
             h("code", {}, q(lens.target != null ? lens.target : lens.target_id)),
             " (id " + lens.target_id + ")",
-            typed ? [" · ", typed.ids.length === 1 ? DL.t("rm.lens.one", { text: q(typed.text), id: typed.ids[0] })
-              : DL.t("rm.lens.many", { text: q(typed.text), n: typed.ids.length,
-                pieces: typed.pieces.map((p) => q(p.text)).join(" "), first: q(lens.target) })] : "",
+            typed ? [" · "].concat(typed.ids.length === 1 ? withCode("rm.lens.one", { id: typed.ids[0] }, { text: q(typed.text) })
+              : withCode("rm.lens.many", { n: typed.ids.length },
+                { text: q(typed.text), pieces: typed.pieces.map((p) => q(p.text)).join(" "), first: q(lens.target) })) : "",
             " · " + DL.t("rm.top1"), " ",
             h("code", {}, q(lens.top ? lens.top[lens.top.length - 1] : lens.top_id[lens.top_id.length - 1])),
             " · " + DL.t("rm.lens.pos", { pos: r.n_tokens - 1 })));
@@ -277,13 +286,12 @@
       box.textContent = "";
       const cur = runs.find((r) => r.name === runOf(st));
       if (DL.lang() !== "zh" || !cur || cur.trained_on !== "en") return;
-      const [before, after] = DL.t("rm.zh.english", { run: "\u0000" }).split("\u0000"); // the name as code
-      box.append(before, h("code", {}, cur.name), after + " ");
+      box.append(...withCode("rm.zh.english", {}, { run: cur.name }), " ");
       if (source.kind !== "live") return; // a static copy holds one run
       const zh = runs.filter((r) => r.trained_on === "zh");
       if (zh.length) {
-        box.append(DL.t("rm.zh.offer") + " ", zh.map((r) => [h("button", { type: "button", class: "rm-pick",
-          onclick: () => DL.state.set({ rrun: r.name, rp: "" }) }, DL.t("rm.zh.pick") + " ", h("code", {}, r.name)), " "]).flat());
+        box.append(DL.t("rm.zh.offer") + " ", ...zh.flatMap((r) => [h("button", { type: "button", class: "rm-pick",
+          onclick: () => DL.state.set({ rrun: r.name, rp: "" }) }, DL.t("rm.zh.pick") + " ", h("code", {}, r.name)), " "]));
       } else {
         box.append(DL.t("rm.zh.none") + " ", h("code", {}, "depthlab train --preset course --corpus hongloumeng --tokenizer bpe --out runs/hlm"));
       }
