@@ -135,6 +135,10 @@ CORPORA: dict[str, Callable[[str], Corpus]] = {
     "hongloumeng": _hongloumeng,
 }
 
+# The language of each named corpus: the real-model page offers a run trained on Chinese
+# to a reader of the Chinese page.
+LANGUAGES = {"shakespeare": "en", "hongloumeng": "zh"}
+
 
 # --- local files ---------------------------------------------------------------------
 

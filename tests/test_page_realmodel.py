@@ -71,6 +71,18 @@ def check_section(page, body: dict, lang: str = "en") -> list[str]:
             bad.append(f"{cid}: a tick between layers/states {c['xTicks']}")
         if not c["label"] or len(c["label"]) < 20:
             bad.append(f"{cid}: no text alternative")
+    ab = charts.get("rm-ablation")
+    if ab and ab["yScale"] and not ab["yScale"][0] <= 0 <= ab["yScale"][1]:
+        bad.append(f"rm-ablation: the bars' zero is off the axis {ab['yScale']}")
+    r = body["result"]
+    if r.get("token_pieces") is not None:  # the prompt as text, one piece per character run
+        shown = page.eval_on_selector_all("#rm-body code.tok", "els => els.map((e) => e.textContent)")
+        if shown != [json.dumps(p["text"], ensure_ascii=False)[1:-1] for p in r["token_pieces"]]:
+            bad.append(f"tokens shown {shown}")
+    seen = page.inner_text("#realmodel") + "".join(
+        page.eval_on_selector_all("#realmodel [title]", "els => els.map((e) => e.title)"))
+    if "\ufffd" in seen:
+        bad.append("a replacement character '\ufffd' on the page")
     for name in SECTIONS:
         sec = page.locator(f"#rm-sec-{name}")
         if sec.locator("h3").inner_text() != body["questions"][name][lang]:
@@ -267,6 +279,83 @@ def test_depth_chart_draws_the_seed_band_on_whole_layers(runs, live, browser):
     page.close()
 
 
+def byte_level_runs(root: Path) -> None:
+    """Two tiny runs sharing one byte-level BPE of 300 tokens trained on the shipped
+    prompts (most Chinese characters split over tokens): a stand-in for SmolLM2 (imported,
+    trained mostly on English) and a course-style run on 红楼梦 (trained on Chinese)."""
+    import torch
+
+    from depthlab import rundir
+    from depthlab.config import apply_overrides
+    from depthlab.model import Transformer
+    from depthlab.presets import get_preset
+    from depthlab.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.train(" ".join(p["text"] for p in PROMPTS) * 5, 300)
+    for name, corpus, extra in (("english-import", "shakespeare",
+                                 {"source": {"format": "gguf", "name": "SmolLM2 stand-in"}}),
+                                ("hlm-course", "hongloumeng", {})):
+        cfg = apply_overrides(get_preset("tiny"), [f"model.vocab_size={tok.vocab_size}",
+                                                   f"data.corpus={corpus}"])
+        torch.manual_seed(0)
+        rundir.write_config(root / name, cfg, **extra)
+        rundir.save_weights(root / name, Transformer(cfg.model))
+        tok.save(root / name / rundir.TOKENIZER_FILE)
+
+
+def test_byte_level_tokens_read_as_text_and_the_zh_view_offers_a_chinese_run(tmp_path, browser):
+    """Every shipped prompt on both byte-level runs, in the zh view: characters merged,
+    no '\ufffd' anywhere in the section; the English-trained run is said to be one, with
+    the run trained on Chinese offered; a lens target typed with its space is sent so."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    byte_level_runs(root)
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=zh&rrun=english-import", 1400)
+        note = page.locator("#rm-lang")
+        assert "english-import" in note.inner_text() and note.locator("button").count() == 1
+        assert "hlm-course" in note.locator("button").inner_text()
+        for run in ("english-import", "hlm-course"):
+            readable = RealModelProbes(root, threading.Lock()).readable(run)
+            assert all(readable.values())
+            for p in PROMPTS:
+                page.evaluate("(s) => DL.state.set(s)", {"rrun": run, "rp": p["id"], "rtgt": ""})
+                page.wait_for_function("([run, text]) => { const r = DL.realmodel.result(); return r && "
+                                       "r.run === run && r.prompt === text && !DL.realmodel.busy; }",
+                                       arg=[run, p["text"]], timeout=60000)
+                assert check_section(page, probe(root, run, p["text"], p["target"]), "zh") == [], (run, p["id"])
+        assert note.inner_text() == ""  # a run trained on Chinese needs no word
+        # the offer switches to the run trained on Chinese and a Chinese prompt
+        page.evaluate("() => DL.state.set({rrun: 'english-import', rp: ''})")
+        note.locator("button").click()
+        page.wait_for_function("() => DL.realmodel.request().run === 'hlm-course'")
+        page.wait_for_function(REALMODEL_SETTLED)
+        assert page.evaluate("() => DL.realmodel.request().prompt") == PROMPTS[3]["text"]
+        # English view: the target keeps its leading space, and its tokens are shown
+        page.evaluate("() => DL.state.set({lang: 'en', rp: 'paris', rtgt: ''})")
+        page.wait_for_function("() => DL.lang() === 'en'")
+        page.wait_for_function(REALMODEL_SETTLED)
+        page.fill("#rm-target", " Paris")
+        page.click("#rm-go")
+        page.wait_for_function("() => DL.realmodel.request().target === ' Paris'")
+        page.wait_for_function(REALMODEL_SETTLED, timeout=60000)
+        body = probe(root, "hlm-course", PROMPTS[0]["text"], " Paris")
+        assert check_section(page, body) == []
+        typed = body["result"]["lens"]["typed"]
+        assert typed["text"] == " Paris"
+        readout = page.inner_text("#rm-sec-lens .readout")
+        assert 'typed " Paris"' in readout and (f"id {typed['ids'][0]}" in readout or f"{len(typed['ids'])} tokens" in readout)
+        again, _ = open_section(browser, page.url)
+        assert again.input_value("#rm-target") == " Paris"
+        again.close()
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+        page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def smollm2_run(root: Path) -> None:
     """runs/smollm2 when `depthlab lab` made it, else a fresh import from the installed wheel
     (as in CI, where setup.sh installs it); skipped only when the wheel is missing."""
@@ -296,6 +385,14 @@ def test_smollm2_shows_its_attention_sink(tmp_path, browser):
         a = body["result"]["attention"]
         assert sum(a["layer_share"]) / len(a["layer_share"]) > a["uniform"]  # the sink
         assert "Paris" in page.inner_text("#rm-sec-lens .readout")
+        # the zh view's default prompt: characters, not '\ufffd', and the note that SmolLM2
+        # was trained mostly on English
+        page.click("#lang")
+        zh = next(p for p in PROMPTS if p["lang"] == "zh")
+        page.wait_for_function("(text) => { const r = DL.realmodel.result(); return r && r.prompt === text && "
+                               "!DL.realmodel.busy; }", arg=zh["text"], timeout=180000)
+        assert check_section(page, probe(root, "smollm2", zh["text"], zh["target"]), "zh") == []
+        assert "smollm2" in page.inner_text("#rm-lang")
         assert watch.errors == []
         page.close()
     finally:

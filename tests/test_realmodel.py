@@ -199,3 +199,87 @@ def test_realmodel_probes_read_a_widened_stream_as_the_model_reads_it_out(residu
         probs = model(torch.tensor([ids]))[0, -1].double().softmax(-1)
     entropy = float(-(probs * probs.log()).sum())
     assert out["lens"]["entropy"][-1] == pytest.approx(entropy, rel=1e-5)
+
+
+LENS_LABELS = ["embed", "0.attn", "0.mlp", "1.attn", "1.mlp"]
+
+
+@pytest.mark.parametrize("rank, stays, first", [
+    ([3, 1, 0, 0, 0], "0.mlp", "0.mlp"),  # found and kept: one state names both
+    ([2, 0, 1, 0, 0], "1.attn", "0.attn"),  # top-1, lost, back: stays from 1.attn only
+    ([1, 0, 0, 2, 4], None, "0.attn"),  # top-1 for a while, not at the end
+    ([0, 0, 0, 0, 0], "embed", "embed"),
+    ([5, 4, 3, 2, 1], None, None),  # never
+])
+def test_the_lens_reading_names_where_the_target_stays_top1(rank, stays, first):
+    from depthlab.probes.realmodel import lens_reading
+
+    assert lens_reading(rank, LENS_LABELS) == {"stays_top1": stays, "first_top1": first}
+
+
+@pytest.mark.parametrize("rank, stays, first", [
+    ([3, 1, 0, 0, 0], "0.mlp", "0.mlp"),
+    ([2, 0, 1, 0, 0], "1.attn", "0.attn"),
+    ([1, 0, 0, 2, 4], None, "0.attn"),
+])
+def test_the_lens_reads_a_constructed_stream_as_its_hand_computed_rank_table(rank, stays, first):
+    """One-hot unembedding rows make each logit the normed stream's coordinate: a state
+    where the target's coordinate is 1 and r others are 2 ranks the target r, exactly."""
+    from depthlab.probes.realmodel import lens_probes
+
+    model = _model(seed=0, vocab_size=16, d_model=32)  # 2 blocks: 5 states, tied embeddings
+    with torch.no_grad():
+        model.embed_tokens.weight.copy_(torch.eye(16, 32))
+    target = 3
+    states = torch.zeros(len(rank), 2, 32)
+    for k, r in enumerate(rank):
+        states[k, -1, target] = 1.0
+        others = [j for j in range(16) if j != target][:r]
+        states[k, -1, others] = 2.0
+        states[k, -1, 16:] = 0.5  # width the unembedding does not read
+    with torch.no_grad():
+        lens = lens_probes(model, states, target, LENS_LABELS)
+    assert lens["rank"] == rank
+    assert (lens["stays_top1"], lens["first_top1"]) == (stays, first)
+
+
+def test_the_lens_sentence_says_both_states_when_they_differ():
+    from depthlab.probes.realmodel import lens_sentence
+
+    back = lens_sentence("' cold'", "1.attn", "0.attn")
+    assert back["en"] == ("' cold' is top-1 from 1.attn on, in every state to the end; it was "
+                          "top-1 already at 0.attn, then lost that place.")
+    assert "1.attn" in back["zh"] and "0.attn" in back["zh"] and back["zh"].endswith("。")
+    assert lens_sentence("'x'", "0.mlp", "0.mlp")["en"] == "'x' is top-1 from 0.mlp on, in every state to the end."
+    assert lens_sentence("'x'", None, "0.attn")["en"].endswith("it is not top-1 at the end.")
+    assert lens_sentence("'x'", None, None)["en"] == "'x' never becomes top-1."
+
+
+def test_probe_run_cli_shows_byte_level_tokens_as_text(tmp_path, capsys):
+    """A byte-level BPE too small to hold Chinese characters whole: the report shows each
+    character once (never '\\ufffd'), numbered from 0, and how a typed target tokenised."""
+    from depthlab.tokenizer import BPETokenizer
+
+    text = "残差连接把每一层的输出加回到残差流上。The residual stream."
+    tok = BPETokenizer.train(text * 3, 270)
+    cfg = apply_overrides(get_preset("tiny"), [f"model.vocab_size={tok.vocab_size}"])
+    run = tmp_path / "bpe-run"
+    torch.manual_seed(0)
+    rundir.write_config(run, cfg)
+    rundir.save_weights(run, Transformer(cfg.model))
+    tok.save(run / rundir.TOKENIZER_FILE)
+    prompt = "残差流把每一层加回"
+    assert any(len(tok.encode(c)) > 1 for c in prompt)  # some characters span tokens
+    assert main(["probe", "run", str(run), "--prompt", prompt, "--target", " 残"]) == 0
+    out = capsys.readouterr().out
+    assert "\ufffd" not in out
+    import re
+
+    header = out.splitlines()[0]
+    shown = re.findall(r"(\d+)(?:-(\d+))? '([^']*)'", header.split("numbered from 0 (", 1)[1])
+    assert "".join(t for _, _, t in shown) == prompt  # every character once, in order
+    assert shown[0][0] == "0" and any(b for _, b, _ in shown)  # from 0; a character over tokens
+    n = len(tok.hf.encode(" 残", add_special_tokens=False).ids)
+    assert f"The target ' 残' is {n} token" in out
+    assert main(["next-token", "--run", str(run), "--prompt", prompt, "--show", "20"]) == 0
+    assert "\ufffd" not in capsys.readouterr().out

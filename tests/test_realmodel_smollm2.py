@@ -71,7 +71,53 @@ def test_recomputed_and_cached_scale_lens_entropies_differ(probes, paris):
 def test_paris_becomes_top1_near_the_top_and_skipping_blocks_costs(paris):
     lens = paris["lens"]
     assert lens["target"] == " Paris" and lens["rank"][-1] == 0 and lens["prob"][-1] > 0.5
-    first = lens["states"].index(lens["first_top1"])
-    assert first > len(lens["states"]) // 2  # not in the bottom half
+    assert lens["typed"]["ids"] == [lens["target_id"]]  # " Paris", space kept: one token
+    stays = lens["states"].index(lens["stays_top1"])
+    assert stays > len(lens["states"]) // 2  # not in the bottom half
     deltas = paris["ablation"]["delta_loss"]
     assert max(deltas) > 1.0
+
+
+@pytest.fixture(scope="module")
+def shipped(run, tmp_path_factory):
+    """Every shipped prompt on SmolLM2 through the page's API (in-process; its disk cache
+    in a fresh runs folder)."""
+    import threading
+
+    from depthlab.web.realmodel import PROMPTS, ProbeRequest, RealModelProbes
+
+    root = tmp_path_factory.mktemp("runs")
+    (root / "smollm2").symlink_to(run)
+    probes = RealModelProbes(root, threading.Lock())
+    return {p["id"]: probes.probe(ProbeRequest(run="smollm2", prompt=p["text"], target=p["target"]))
+            for p in PROMPTS}
+
+
+def test_shakespeare_lens_top1_leaves_and_comes_back(shipped):
+    """Measured: the final top-1 ('\\n') ranks first at 9.mlp, loses that place and holds it
+    only from 11.mlp. The reading names both, each where the rank table puts it."""
+    lens = shipped["shakespeare"]["result"]["lens"]
+    rank, states = lens["rank"], lens["states"]
+    first, stays = states.index(lens["first_top1"]), states.index(lens["stays_top1"])
+    assert first < stays  # the case a first-only reading gets wrong
+    assert rank[first] == 0 and all(r > 0 for r in rank[:first])
+    assert all(r == 0 for r in rank[stays:]) and rank[stays - 1] > 0
+    reading = shipped["shakespeare"]["readings"]["lens"]
+    for lang in ("en", "zh"):
+        assert lens["stays_top1"] in reading[lang] and lens["first_top1"] in reading[lang]
+
+
+def test_the_zh_view_of_every_shipped_prompt_shows_no_replacement_character(shipped):
+    """SmolLM2's byte-level tokens split Chinese characters; the answer shows them merged
+    (or as <0xHH>): tokens, lens target, top-1s and the readings in both languages."""
+    import json
+
+    from depthlab.web.realmodel import PROMPTS
+
+    for p in PROMPTS:
+        body = shipped[p["id"]]
+        assert "\ufffd" not in json.dumps(body, ensure_ascii=False), p["id"]
+        r = body["result"]
+        assert "".join(piece["text"] for piece in r["token_pieces"]) == p["text"]
+        if p["lang"] == "zh":  # most characters span two or three tokens
+            assert sum(piece["stop"] - piece["start"] > 1 for piece in r["token_pieces"]) >= 5

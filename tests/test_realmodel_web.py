@@ -119,3 +119,54 @@ def test_bad_requests_name_the_field(client, req, status, field):
     r = client.post("/api/realmodel/probe", json=req)
     assert r.status_code == status
     assert r.json()["error"].startswith(field)
+
+
+def test_the_lens_target_is_taken_verbatim_and_its_tokens_are_shown(client):
+    """' Paris' and 'Paris' are different tokens: the space is kept, and the answer says
+    how the typed text tokenised (the lens follows its first token)."""
+    run = "residual/runs/course-4"
+    got = {}
+    for target in (" Paris", "Paris"):
+        body = client.post("/api/realmodel/probe", json={"run": run, "prompt": PROMPTS[0]["text"],
+                                                         "target": target}).json()
+        typed = body["result"]["lens"]["typed"]
+        assert body["target"] == target and typed["text"] == target
+        assert "".join(p["text"] for p in typed["pieces"]) == target
+        assert body["result"]["lens"]["target_id"] == typed["ids"][0]
+        got[target] = typed["ids"]
+    assert got[" Paris"][0] != got["Paris"][0]
+
+
+def test_every_shipped_prompt_shows_no_replacement_character(runs, client):
+    """Byte-level tokens split Chinese characters: tokens, lens target, top-1s and the
+    readings in both languages show merged characters or <0xHH>, never '�'."""
+    seen_zh = 0
+    for run in ("residual/runs/course-4", "tiny-gguf"):
+        readable = {p["id"]: p["readable"] for p in
+                    client.get("/api/realmodel/prompts", params={"run": run}).json()["prompts"]}
+        for p in PROMPTS:
+            if not readable[p["id"]]:
+                continue
+            body = client.post("/api/realmodel/probe", json={"run": run, "prompt": p["text"],
+                                                             "target": p["target"]}).json()
+            r = body["result"]
+            assert "�" not in json.dumps(body, ensure_ascii=False), (run, p["id"])
+            assert "".join(piece["text"] for piece in r["token_pieces"]) == p["text"]
+            seen_zh += p["lang"] == "zh"
+    assert seen_zh >= 2  # the course BPE reads both Chinese prompts
+
+
+def test_runs_say_the_language_they_were_trained_on(tmp_path):
+    from depthlab.web.realmodel import list_runs
+
+    cfg = get_preset("tiny")
+    made = {"hlm": ({"corpus": "hongloumeng"}, {}), "shk": ({}, {}),
+            "smol": ({}, {"source": {"format": "gguf", "name": "Smollm2 135M 8k Lc100K Mix1 Ep2"}}),
+            "other": ({}, {"source": {"format": "huggingface", "name": "some/model"}})}
+    for name, (data, extra) in made.items():
+        run = tmp_path / name
+        c = apply_overrides(cfg, [f"data.{k}={v}" for k, v in data.items()])
+        rundir.write_config(run, c, **extra)
+        (run / rundir.WEIGHTS_FILE).write_bytes(b"")
+    langs = {r["name"]: r["trained_on"] for r in list_runs(tmp_path)}
+    assert langs == {"hlm": "zh", "shk": "en", "smol": "en", "other": None}

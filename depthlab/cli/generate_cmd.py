@@ -66,7 +66,17 @@ def _load(args: argparse.Namespace):
 
 
 def _piece(tok, i: int) -> str | None:
-    return tok.token_str(i) if tok is not None else None
+    """One token as text; a byte that is no whole character as <0xHH>, not '�'."""
+    from depthlab.probes.token_text import token_text
+
+    return token_text(tok, i) if tok is not None else None
+
+
+def _prompt_pieces(tok, ids: list[int]) -> list[str | None]:
+    """Each prompt token as text, a character split over byte tokens named on each of them."""
+    from depthlab.probes.token_text import position_labels
+
+    return position_labels(tok, ids) if tok is not None else [None] * len(ids)
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -102,14 +112,14 @@ def run_next_token(args: argparse.Namespace) -> int:
     shapes, top = next_token(model, ids, args.show)
     if args.json:
         print_json({
-            "tokens": [{"id": i, "text": _piece(tok, i)} for i in ids],
+            "tokens": [{"id": i, "text": t} for i, t in zip(ids, _prompt_pieces(tok, ids), strict=True)],
             "shapes": [{"stage": s, "shape": list(sh)} for s, sh in shapes],
             "top": [{"id": i, "text": _piece(tok, i), "prob": p} for i, p in top],
         })
         return 0
     print(f"Prompt: {len(ids)} tokens")
-    for i in ids:
-        print(f"  {i:>6}  {_piece(tok, i)!r}" if tok is not None else f"  {i:>6}")
+    for i, t in zip(ids, _prompt_pieces(tok, ids), strict=True):
+        print(f"  {i:>6}  {t!r}" if tok is not None else f"  {i:>6}")
     print("\nShape after each stage (batch dimension omitted):")
     for stage, shape in shapes:
         print(f"  {stage:<28} [{' x '.join(map(str, shape))}]")

@@ -38,6 +38,10 @@ def _stream(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _first(r: dict[str, Any]) -> str:
+    return repr(r["tokens"][0]) if r.get("tokens") else f"id {r['prompt_ids'][0]}"
+
+
 def _attention(r: dict[str, Any]) -> list[str]:
     a = r["attention"]
     n_heads = len(a["first_token_share"]) * len(a["first_token_share"][0])
@@ -49,8 +53,9 @@ def _attention(r: dict[str, Any]) -> list[str]:
         f"{a['n_heads_above']} heads of {n_heads} ({a['heads_above']:.1%}) put more than "
         f"{a['threshold']} there:",
         *table(["layer", "per head", "mean", "/ uniform"], rows, left={1}),
-        *legend(("layer", "block index"), ("mean", f"share of attention on token 0, mean over heads and the "
-                         f"{r['n_tokens']} queries"),
+        *legend(("layer", "block index"), ("mean", f"share of attention on token 0 "
+                                                   f"({_first(r)}), mean over heads and the "
+                                                   f"{r['n_tokens']} queries"),
                 ("/ uniform", "the same over H_T/T"), ("per head", "each head's share")),
     ]
 
@@ -58,29 +63,48 @@ def _attention(r: dict[str, Any]) -> list[str]:
 def _massive(r: dict[str, Any]) -> list[str]:
     m = r["massive"]
     big = m["largest"]
-    rows = [(k, name, f"{m['max_abs'][k]:.4g}", m["dim"][k], m["token"][k],
+    tokens = r.get("tokens")
+    text = lambda t: repr(tokens[t]) if tokens else "-"
+    rows = [(k, name, f"{m['max_abs'][k]:.4g}", m["dim"][k], m["token"][k], text(m["token"][k]),
              f"{m['median_abs'][k]:.4g}", _f(m["ratio"][k], ".4g"))
             for k, name in enumerate(m["states"])]
     return [
         "", f"Massive activations: largest |activation| {big['value']:.4g} at dim {big['dim']}, "
-        f"token {big['token']}, after {big['state']} ({big['ratio']:.4g} x the median):",
-        *table(["k", "state", "max |x|", "dim", "token", "median", "ratio"], rows, left={1}),
+        f"token {big['token']} ({text(big['token'])}), after {big['state']} "
+        f"({big['ratio']:.4g} x the median):",
+        *table(["k", "state", "max |x|", "dim", "token", "text", "median", "ratio"], rows,
+               left={1, 5}),
         *legend(("k, state", "as above"), ("max |x|", "the largest |activation| in the stream"),
-                ("dim, token", "where it sits"), ("median", "the median |activation|"),
+                ("dim, token", "where it sits (tokens numbered from 0)"),
+                ("text", "that token as text"), ("median", "the median |activation|"),
                 ("ratio", "max |x| over the median")),
     ]
 
 
+def _typed(lens: dict[str, Any]) -> list[str]:
+    """How a typed target tokenised: the lens follows its first token."""
+    typed = lens.get("typed")
+    if not typed:
+        return []
+    n = len(typed["ids"])
+    shown = " | ".join(repr(p["text"]) for p in typed["pieces"])
+    return [f"The target {typed['text']!r} is {n} token{'s' if n > 1 else ''} ({shown}, ids "
+            f"{', '.join(map(str, typed['ids']))})" + ("; the lens follows the first." if n > 1 else ".")]
+
+
 def _lens(r: dict[str, Any]) -> list[str]:
+    from depthlab.probes.realmodel import lens_sentence
+
     lens = r["lens"]
     target = lens.get("target", lens["target_id"])
     tops = lens.get("top") or lens["top_id"]
     rows = [(k, name, repr(tops[k]), lens["rank"][k], f"{lens['prob'][k]:.4f}",
              f"{lens['entropy'][k]:.3f}", f"{lens['entropy_cached_scale'][k]:.3f}")
             for k, name in enumerate(lens["states"])]
+    reading = lens_sentence(repr(target), lens["stays_top1"], lens["first_top1"])["en"]
     return [
-        "", f"Logit lens at the last token, target {target!r} (id {lens['target_id']}), "
-        f"top-1 from {lens['first_top1']}:",
+        "", f"Logit lens at the last token (token {r['n_tokens'] - 1}), target {target!r} "
+        f"(id {lens['target_id']}). {reading}", *_typed(lens),
         *table(["k", "state", "top-1", "rank", "p(target)", "entropy", "cached"], rows,
                left={1, 2}),
         *legend(("k, state", "as above"), ("top-1", "the most likely token"),
@@ -97,7 +121,7 @@ def _gradient(r: dict[str, Any]) -> list[str]:
     rows = [(name, f"{g:.4e}", f"{rel:.4f}")
             for name, g, rel in zip(r["sublayers"], r["grad_norm"], r["per_layer"], strict=True)]
     return [
-        "", "Gradient of the LM loss at each sublayer's input (bottom first):",
+        "", "Gradient of the mean next-token loss at each sublayer's input (bottom first):",
         *table(["sublayer", "|grad|", "/ top"], rows, left={0}),
         *legend(("sublayer", "block.sublayer, bottom first"),
                 ("|grad|", "norm of dLoss/d(the sublayer's input)"),
@@ -105,13 +129,24 @@ def _gradient(r: dict[str, Any]) -> list[str]:
         "", f"Skipping one block (base loss {ab['base_loss']:.4f}):",
         *table(["block", "dloss"], [(i, f"{d:+.4f}") for i, d in enumerate(ab["delta_loss"])]),
         *legend(("block", "the block whose two writes are removed"),
-                ("dloss", "the next-token loss change, nats")),
+                ("dloss", f"the change of the mean next-token loss over the {r['n_tokens'] - 1} "
+                          "predictions, nats")),
     ]
 
 
+def _pieces(r: dict[str, Any]) -> str:
+    """The prompt as numbered text: `3 'The'`, and `4-5 '国'` for a character over two tokens."""
+    if not r.get("token_pieces"):
+        return ", ".join(map(str, r["prompt_ids"]))
+    at = lambda p: str(p["start"]) if p["stop"] - p["start"] == 1 else f"{p['start']}-{p['stop'] - 1}"
+    return " | ".join(f"{at(p)} {p['text']!r}" for p in r["token_pieces"])
+
+
 def print_realmodel(r: dict[str, Any]) -> None:
-    tokens = r.get("tokens")
-    shown = " | ".join(repr(t) for t in tokens) if tokens else ",".join(map(str, r["prompt_ids"]))
-    print_lines([f"{r['n_tokens']} tokens ({shown}), next-token loss {r['loss']:.4f}, "
+    n = r["n_tokens"]
+    print_lines([f"{n} tokens, numbered from 0 ({_pieces(r)}); a character split over byte "
+                 "tokens is shown once, a byte that is no whole character as <0xHH>",
+                 f"next-token loss {r['loss']:.4f}: the mean over the {n - 1} predictions "
+                 f"(tokens 1 to {n - 1}, each from the tokens before it); "
                  f"{r['n_layers']} blocks = {2 * r['n_layers']} writes",
                  *_stream(r), *_attention(r), *_massive(r), *_lens(r), *_gradient(r)])

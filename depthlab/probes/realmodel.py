@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from depthlab.errors import UserError
+from depthlab.locales import texts
 from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
 
@@ -144,11 +145,37 @@ def lens_probes(model: Any, states: torch.Tensor, target: int, labels: list[str]
     logits = lens_logits(model, last)[:, 0].double()
     cached = lens_logits(model, last, cached_from=last[-1:].expand_as(last))[:, 0].double()
     probs = logits.softmax(-1)
-    rank = (logits > logits[:, target:target + 1]).sum(-1)
-    return {"states": labels, "target_id": target, "rank": rank.tolist(),
+    rank = (logits > logits[:, target:target + 1]).sum(-1).tolist()
+    return {"states": labels, "target_id": target, "rank": rank,
             "prob": probs[:, target].tolist(), "top_id": logits.argmax(-1).tolist(),
             "entropy": _entropy(logits).tolist(), "entropy_cached_scale": _entropy(cached).tolist(),
-            "first_top1": next((labels[i] for i, r in enumerate(rank.tolist()) if r == 0), None)}
+            **lens_reading(rank, labels)}
+
+
+def lens_reading(rank: list[int], labels: list[str]) -> dict[str, str | None]:
+    """When the lens finds the target: `stays_top1`, the state from which it ranks first in
+    every state to the end (None when the last state does not rank it first), and
+    `first_top1`, the first state where it ranks first at all (None: never). They differ
+    when the target reaches first place, loses it and comes back; the first alone would
+    then claim more than the lens shows."""
+    first = next((k for k, r in enumerate(rank) if r == 0), None)
+    stays = len(rank)
+    while stays > 0 and rank[stays - 1] == 0:
+        stays -= 1
+    return {"stays_top1": labels[stays] if stays < len(rank) else None,
+            "first_top1": None if first is None else labels[first]}
+
+
+def lens_sentence(target: str, stays: str | None, first: str | None) -> dict[str, str]:
+    """The lens's reading in every language from `lens_reading`'s two states: the state
+    from which the target stays top-1, and the first state it reached top-1 when that differs."""
+    if first is None:
+        return texts("rm.read.lens_never", target=target)
+    if stays is None:
+        return texts("rm.read.lens_lost", target=target, first=first)
+    if stays == first:
+        return texts("rm.read.lens", target=target, stays=stays)
+    return texts("rm.read.lens_back", target=target, stays=stays, first=first)
 
 
 def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str, Any]:
@@ -195,12 +222,13 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> d
 def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | None = None,
                   device: str = "cpu", threads: int | None = None) -> dict[str, Any]:
     """`realmodel_probes` on a run directory. `prompt` is text (the run's tokenizer) or
-    token ids; `target` is the lens's token: an id, or text whose first token is used.
-    `threads` (0: depthlab.threads' rule for the run's width) sets torch's threads;
-    None leaves them as they are."""
+    token ids; `target` is the lens's token: an id, or text taken verbatim whose first
+    token is used (`lens.typed` says how it tokenised). `threads` (0: depthlab.threads'
+    rule for the run's width) sets torch's threads; None leaves them as they are."""
     from pathlib import Path
 
     from depthlab import rundir
+    from depthlab.probes.token_text import pieces, position_labels, token_text
     from depthlab.threads import use_threads
 
     model, cfg = rundir.load_model(Path(run_dir), device=device)
@@ -213,16 +241,32 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
         ids = tokenizer.encode(prompt)
     else:
         ids = list(prompt)
+    typed = None
     if isinstance(target, str):
         if tokenizer is None:
             raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give --target as an id")
-        target_ids = tokenizer.encode(target)
-        if not target_ids:
-            raise UserError("target: the text encodes to no token")
-        target = target_ids[0]
+        typed = target_tokens(tokenizer, target)  # verbatim: " cold" and "cold" are two tokens
+        target = typed["ids"][0]
     out = {"run": str(run_dir), **realmodel_probes(model, ids, target)}
     if tokenizer is not None:
-        out["tokens"] = [tokenizer.token_str(i) for i in out["prompt_ids"]]
-        out["lens"]["target"] = tokenizer.token_str(out["lens"]["target_id"])
-        out["lens"]["top"] = [tokenizer.token_str(i) for i in out["lens"]["top_id"]]
+        # tokens as text: a character split over byte tokens merged, a stray byte as <0xHH>
+        out["tokens"] = position_labels(tokenizer, out["prompt_ids"])
+        out["token_pieces"] = [p.to_json() for p in pieces(tokenizer, out["prompt_ids"])]
+        out["lens"]["target"] = token_text(tokenizer, out["lens"]["target_id"])
+        out["lens"]["top"] = [token_text(tokenizer, i) for i in out["lens"]["top_id"]]
+    out["lens"]["typed"] = typed
     return out
+
+
+def target_tokens(tokenizer: Any, text: str) -> dict[str, Any]:
+    """How a typed lens target tokenises, taken verbatim (spaces kept): its ids (without a
+    BOS the tokenizer may add) and pieces. The lens follows the first token."""
+    from depthlab.probes.token_text import bare_ids, pieces
+
+    try:
+        ids = bare_ids(tokenizer, text)
+    except UserError as e:  # a character the run's vocabulary lacks
+        raise UserError(f"target: {e}") from None
+    if not ids:
+        raise UserError("target: the text encodes to no token")
+    return {"text": text, "ids": ids, "pieces": [p.to_json() for p in pieces(tokenizer, ids)]}

@@ -57,14 +57,15 @@ def plot_realmodel(r: dict[str, Any], path: str) -> None:
     q.plot(k, lens["prob"], "g.-", label="p(target)")
     q.set_ylim(0, 1)
     target = lens.get("target", lens["target_id"])
-    p.set(title=f"logit lens at the last token, target {target!r}", xlabel="state k",
+    p.set(title=f"logit lens at the last token ({r['n_tokens'] - 1}), target {target!r}", xlabel="state k",
           ylabel="nats")
     p.legend(fontsize=8, loc="upper right")
     q.legend(fontsize=8, loc="center right")
 
     p = ax[1, 2]
     p.bar(list(range(len(ab["delta_loss"]))), ab["delta_loss"])
-    p.set(title=f"loss change when block l is skipped (base {ab['base_loss']:.2f})",
-          xlabel="block l", ylabel="delta loss (nats)")
+    p.axhline(0, color="k", lw=0.8)  # where every bar starts
+    p.set(title=f"change of the mean next-token loss when block l is skipped "
+          f"(base {ab['base_loss']:.2f})", xlabel="block l", ylabel="delta loss (nats)")
     fig.suptitle(f"{r.get('run', '')}: {r['n_tokens']} tokens")
     _save(fig, path)

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
+from depthlab.corpus import LANGUAGES
 from depthlab.locales import texts
 from depthlab.web.messages import refusal
 from depthlab.web.schemas import error_responses
@@ -34,7 +35,10 @@ MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over the
 MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
 CACHE_DIR = Path(".cache") / "realmodel"
 STATIC_RUN = "smollm2"  # what `depthlab lab` imports: the run a static page shows
-CACHE_VERSION = 2  # 2: the gradient section and its reading
+CACHE_VERSION = 3  # 2: the gradient section and its reading; 3: tokens as text, the lens reading
+# Imported models the lab knows the training language of (a lowercase part of the source's
+# name or path): SmolLM2's corpus is mostly English web text, code and maths.
+IMPORTED_LANGUAGES = (("smollm", "en"),)
 
 PROMPTS = [
     {"id": "paris", "lang": "en", "text": "The capital of France is", "target": " Paris"},
@@ -62,8 +66,9 @@ class ProbeRequest(BaseModel):
     run: str = Field(min_length=1, max_length=200, description="a name from /api/realmodel/runs")
     prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     target: str | None = Field(None, min_length=1, max_length=40,
-                               description="the lens's token (its first token); default: "
-                               "the model's own top-1")
+                               description="the lens's token, taken verbatim (' cold' and "
+                               "'cold' are different tokens); a text of several tokens is "
+                               "scored by its first; default: the model's own top-1")
 
 
 def list_runs(root: Path) -> list[dict[str, Any]]:
@@ -83,12 +88,15 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
             continue
         source = record.get("source") or {}
         m = cfg.model
+        known = f"{source.get('name') or ''} {source.get('path') or ''}".lower()
+        lang = (next((lang for part, lang in IMPORTED_LANGUAGES if part in known), None)
+                if source else LANGUAGES.get(cfg.data.corpus))
         out.append({"name": run.relative_to(root).as_posix(),
                     "kind": {"gguf": "gguf", "huggingface": "huggingface"}.get(
                         source.get("format"), "trained"),
                     "source": source.get("name") or source.get("path"),
                     "n_layers": m.n_layers, "d_model": m.d_model, "n_heads": m.n_heads,
-                    "vocab_size": m.vocab_size,
+                    "vocab_size": m.vocab_size, "trained_on": lang,
                     "tokenizer": (run / rundir.TOKENIZER_FILE).is_file()})
     return out
 
@@ -187,24 +195,27 @@ def _read(path: Path) -> dict[str, Any] | None:
 def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
     """One line per section, in every language: the table's rm.read.* templates filled
     with the probe's numbers (the mean, the largest and the argmax are taken here)."""
+    from depthlab.probes.realmodel import lens_sentence  # torch: only once a probe exists
+
     a, m, s, lens, ab = r["attention"], r["massive"]["largest"], r["stream"], r["lens"], r["ablation"]
     rms = [v for v in s["rms"] if v is not None]
     worst = max(range(len(ab["delta_loss"])), key=lambda i: ab["delta_loss"][i])
     grads = r["grad_norm"]
     peak = max(range(len(grads)), key=lambda i: grads[i])
     target = repr(lens.get("target", lens["target_id"]))
-    first = lens["first_top1"]
+    tokens = r.get("tokens")
+    first_tok = repr(tokens[0]) if tokens else f"id {r['prompt_ids'][0]}"
+    big_tok = repr(tokens[m["token"]]) if tokens else f"id {r['prompt_ids'][m['token']]}"
     return {
         "stream": texts("rm.read.stream", first=f"{rms[0]:.3g}", peak=f"{max(rms):.3g}",
                         expected=f"{s['rms_expected'][-1]:.3g}"),
-        "attention": texts("rm.read.attention", uniform=f"{a['uniform']:.0%}",
+        "attention": texts("rm.read.attention", uniform=f"{a['uniform']:.0%}", token=first_tok,
                            share=f"{sum(a['layer_share']) / len(a['layer_share']):.0%}"),
         "massive": texts("rm.read.massive", value=f"{m['value']:.4g}", dim=m["dim"], token=m["token"],
-                         ratio=f"{m['ratio']:.3g}"),
+                         text=big_tok, ratio=f"{m['ratio']:.3g}"),
         "collapse": texts("rm.read.collapse", cos=f"{s['mean_cosine'][-1]:.2f}"),
         "gradient": texts("rm.read.gradient", ratio=f"{r['ratio']:.3g}", peak=r["sublayers"][peak]),
-        "lens": (texts("rm.read.lens", target=target, first=first) if first
-                 else texts("rm.read.lens_never", target=target)),
+        "lens": lens_sentence(target, lens["stays_top1"], lens["first_top1"]),
         "ablation": texts("rm.read.ablation", block=worst, delta=f"{ab['delta_loss'][worst]:.2f}"),
     }
 

@@ -233,7 +233,8 @@
         const scales = { x: { time: false }, y: {} };
         if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
         else if (spec.yRange) scales.y.range = spec.yRange;
-        else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues()));
+        // spec.yZero (bars of signed changes): the range holds 0, so every bar starts at the baseline
+        else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues(), spec.yZero ? [[0]] : []));
         if (spec.xRange) scales.x.range = spec.xRange;
         else if (bars || spec.xNames) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
@@ -275,6 +276,17 @@
             draw: [(u) => {
               const ctx = u.ctx;
               drawBands(u);
+              if (spec.yZero) { // the zero line, darker than the grid: where each bar starts
+                const cy = Math.round(u.valToPos(0, "y", true)) + 0.5;
+                ctx.save();
+                ctx.strokeStyle = "#333";
+                ctx.lineWidth = 1;
+                ctx.beginPath();
+                ctx.moveTo(u.bbox.left, cy);
+                ctx.lineTo(u.bbox.left + u.bbox.width, cy);
+                ctx.stroke();
+                ctx.restore();
+              }
               if (spec.yLog) { // an exact zero has no exponent: a marker on the axis floor
                 raw.ys.forEach((ys, k) => ys.forEach((v, i) => {
                   if (v !== 0) return;

@@ -48,7 +48,8 @@
     { section: "massive", id: "rm-massive", title: "rm.c.massive", x: "rm.ax.state", y: "rm.ax.abs", yLog: true, at: stateName,
       series: [["rm.s.max", C.plain], ["rm.s.median", C.theory, true]],
       data: (r) => [range(0, r.massive.max_abs.length - 1), [r.massive.max_abs, r.massive.median_abs]],
-      extra: (r, x, k) => (k === 0 ? " · " + DL.t("rm.at", { dim: r.massive.dim[x], tok: r.massive.token[x] }) : "") },
+      extra: (r, x, k) => (k === 0 ? " · " + DL.t("rm.at", { dim: r.massive.dim[x], tok: r.massive.token[x] }) +
+        (r.tokens ? " " + JSON.stringify(r.tokens[r.massive.token[x]]) : "") : "") },
     { section: "collapse", id: "rm-collapse", title: "rm.c.collapse", x: "rm.ax.state", y: "rm.ax.cos", at: stateName,
       series: [["rm.s.cos", C.accent], ["rm.s.cos_others", C.improved, true], ["rm.s.dist", C.theory]],
       data: (r) => [range(0, r.stream.mean_cosine.length - 1),
@@ -66,7 +67,7 @@
     { section: "lens", id: "rm-entropy", title: "rm.c.entropy", x: "rm.ax.state", y: "rm.ax.entropy", at: stateName,
       series: [["rm.s.entropy", C.accent], ["rm.s.cached", C.plain, true]],
       data: (r) => [range(0, r.lens.entropy.length - 1), [r.lens.entropy, r.lens.entropy_cached_scale]] },
-    { section: "ablation", id: "rm-ablation", title: "rm.c.ablation", x: "rm.ax.layer", y: "rm.ax.delta", at: layerName,
+    { section: "ablation", id: "rm-ablation", title: "rm.c.ablation", x: "rm.ax.layer", y: "rm.ax.delta", at: layerName, yZero: true,
       series: [["rm.s.delta", C.plain, false, "bars"]],
       data: (r) => [range(0, r.ablation.delta_loss.length - 1), [r.ablation.delta_loss]] },
   ];
@@ -82,6 +83,15 @@
     });
     out.push(text.slice(last));
     return out;
+  }
+
+  // A template whose fields in `codes` are set as <code> (token text, a run's name), so
+  // that data stays apart from the sentence around it.
+  function withCode(key, plain, codes) {
+    const names = Object.keys(codes);
+    const marks = Object.fromEntries(names.map((k, i) => [k, "\u0000" + i + "\u0000"]));
+    return DL.t(key, Object.assign({}, plain, marks)).split("\u0000")
+      .map((part, i) => (i % 2 ? h("code", {}, codes[names[+part]]) : part));
   }
 
   DL.figures.realmodel = function (source, showError) {
@@ -199,9 +209,15 @@
       const r = result.result;
       const q = result.questions;
       body.textContent = "";
+      const shown = (s) => JSON.stringify(s).slice(1, -1); // a newline as \n, not a break
+      // the prompt as text: one piece per character run (a character the byte-level
+      // tokenizer split is shown once), each numbered by its first token
       body.append(h("p", { class: "kv small" }, DL.t("rm.tokens", { n: r.n_tokens }) + " ",
-        r.tokens ? r.tokens.map((tok) => h("code", { class: "tok" }, JSON.stringify(tok).slice(1, -1))) : "",
-        " · " + DL.t("rm.loss") + " " + DL.fmt(r.loss, 4)));
+        r.token_pieces ? r.token_pieces.map((p) => h("span", { class: "tokpos" }, h("sub", {}, String(p.start)),
+          h("code", { class: "tok", title: DL.t(p.stop - p.start > 1 ? "rm.tok.many" : "rm.tok.one",
+            { a: p.start, b: p.stop - 1, parts: p.parts.map((x) => JSON.stringify(x)).join(" + ") }) }, shown(p.text)), " "))
+          : r.prompt_ids.join(", "),
+        " · " + DL.t("rm.loss", { n: r.n_tokens - 1, last: r.n_tokens - 1 }) + " " + DL.fmt(r.loss, 4)));
       for (const name of Object.keys(q)) { // the sections in the server's order
         const sec = h("div", { class: "rm-section", id: "rm-sec-" + name });
         sec.append(h("h3", {}, DL.tr(q[name])));
@@ -218,10 +234,18 @@
             " · " + DL.t("rm.ratio", { x: DL.fmt(m.ratio, 3) })));
         }
         if (name === "lens") {
+          const lens = r.lens;
+          const typed = lens.typed; // a typed target as it tokenises: the lens scores its first token
+          const q = (s) => JSON.stringify(s);
           sec.append(h("p", { class: "readout" }, DL.t("rm.target"), " ",
-            h("code", {}, JSON.stringify(r.lens.target != null ? r.lens.target : r.lens.target_id)),
-            " (id " + r.lens.target_id + ") · " + DL.t("rm.top1"), " ",
-            h("code", {}, JSON.stringify(r.lens.top ? r.lens.top[r.lens.top.length - 1] : r.lens.top_id[r.lens.top_id.length - 1]))));
+            h("code", {}, q(lens.target != null ? lens.target : lens.target_id)),
+            " (id " + lens.target_id + ")",
+            typed ? [" · "].concat(typed.ids.length === 1 ? withCode("rm.lens.one", { id: typed.ids[0] }, { text: q(typed.text) })
+              : withCode("rm.lens.many", { n: typed.ids.length },
+                { text: q(typed.text), pieces: typed.pieces.map((p) => q(p.text)).join(" "), first: q(lens.target) })) : "",
+            " · " + DL.t("rm.top1"), " ",
+            h("code", {}, q(lens.top ? lens.top[lens.top.length - 1] : lens.top_id[lens.top_id.length - 1])),
+            " · " + DL.t("rm.lens.pos", { pos: r.n_tokens - 1 })));
         }
         const grid = h("div", { class: "pcharts" });
         sec.append(grid);
@@ -234,7 +258,7 @@
             ({ label: typeof label === "function" ? label : t(label), key, color, dash: !!dash, width: 1.5,
                bars: kind === "bars", dots: kind === "dots", legend: !nokey, points: !kind && !dash && xs.length <= 32 }));
           DL.charts.make(el, {
-            title: t(c.title), xLabel: t(c.x), yLabel: t(c.y), yLog: !!c.yLog, yRange: c.yRange, height: 200, xInt: true,
+            title: t(c.title), xLabel: t(c.x), yLabel: t(c.y), yLog: !!c.yLog, yRange: c.yRange, yZero: !!c.yZero, height: 200, xInt: true,
             // half a step either side, so that the edge bars (and a one-layer model's only bar) show whole
             xRange: () => [xs[0] - 0.5, xs[xs.length - 1] + 0.5],
             hover: (x, v, k, vs) => c.at(r, x) + ": " + series[k].label() + " = " + vs + (c.extra ? c.extra(r, x, k) : ""),
@@ -255,8 +279,27 @@
       }
     }
 
+    // The zh view of a run trained mostly on English (SmolLM2): said, with a run trained on
+    // Chinese (the course model on 红楼梦) to switch to when the run list has one.
+    function langNote(st) {
+      const box = $("rm-lang");
+      box.textContent = "";
+      const cur = runs.find((r) => r.name === runOf(st));
+      if (DL.lang() !== "zh" || !cur || cur.trained_on !== "en") return;
+      box.append(...withCode("rm.zh.english", {}, { run: cur.name }), " ");
+      if (source.kind !== "live") return; // a static copy holds one run
+      const zh = runs.filter((r) => r.trained_on === "zh");
+      if (zh.length) {
+        box.append(DL.t("rm.zh.offer") + " ", ...zh.flatMap((r) => [h("button", { type: "button", class: "rm-pick",
+          onclick: () => DL.state.set({ rrun: r.name, rp: "" }) }, DL.t("rm.zh.pick") + " ", h("code", {}, r.name)), " "]));
+      } else {
+        box.append(DL.t("rm.zh.none") + " ", h("code", {}, "depthlab train --preset course --corpus hongloumeng --tokenizer bpe --out runs/hlm"));
+      }
+    }
+
     function update(st) {
       if (!runs.length) return;
+      langNote(st);
       const run = runOf(st);
       if (promptsRun !== run) { // the prompts as this run reads them, then the rest
         promptsRun = run;
@@ -278,10 +321,11 @@
     runSel.addEventListener("change", () => DL.state.set({ rrun: runSel.value }));
     promptSel.addEventListener("change", () => DL.state.set(promptSel.value ? { rp: promptSel.value, rtgt: "" }
       : { rp: "", rtext: text.value }));
-    const go = () => DL.state.set({ rp: "", rtext: text.value, rtgt: target.value.trim() });
+    // the target is sent verbatim: " cold" (with its space) and "cold" are different tokens
+    const go = () => DL.state.set({ rp: "", rtext: text.value, rtgt: target.value });
     $("rm-go").addEventListener("click", () => {
       // a shipped prompt with a new target keeps its text; a typed one is sent as typed
-      if (promptSel.value) DL.state.set({ rtgt: target.value.trim() });
+      if (promptSel.value) DL.state.set({ rtgt: target.value });
       else go();
     });
     text.addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) go(); });
