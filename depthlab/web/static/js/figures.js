@@ -232,7 +232,7 @@
       const read = step("read", sub);
       if (b.slots.includes("in")) boxes.push(["norm", normName, step("norm", sub)]);
       boxes.push(["sub", sub === "attn" ? DL.t("b.attn") + (b.attn_gate ? " + " + DL.t("b.gate") : "") + (b.qk_norm ? ", QK-norm" : "")
-                              : DL.t("b.ffn") + " (" + b.ffn + ", " + b.ffn_hidden + ")", step("transform", sub)]);
+                              : DL.t("b.ffn_box", { kind: b.ffn, hidden: b.ffn_hidden }), step("transform", sub)]);
       const gated = sub === "attn" && b.attn_gate;
       if (gated) boxes.push(["scale", "× σ(" + DL.t("b.gate") + ")", step("scale", sub)]);
       if (b.slots.includes("out")) boxes.push(["norm", normName, step("norm", sub)]);
