@@ -72,12 +72,12 @@ def handle(args: argparse.Namespace) -> int:
     import torch
 
     from depthlab.experiments import run_experiment
+    from depthlab.outdir import check_location
 
     torch.set_num_threads(1)  # runs go one at a time; tiny models are fastest on one thread
-    from pathlib import Path
-
     command = "depthlab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
-    root = run_experiment(args.name, budget=args.budget, out_dir=Path(args.out), seeds=args.seeds,
+    root = run_experiment(args.name, budget=args.budget, out_dir=check_location(args.out),
+                          seeds=args.seeds,
                           corpus=args.corpus, progress=not args.no_progress, command=command,
                           rerun=args.rerun)
     print((root / "summary.md").read_text(encoding="utf-8"))

@@ -81,6 +81,7 @@ def _stem(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from depthlab.outdir import check_location
     from depthlab.train import train  # torch: only when the command runs
 
     if args.max_steps is not None and args.max_steps <= 0:
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise UserError("give --resume (continue the run) or --overwrite (replace it), not both")
     cfg = resolve(args)
-    out = Path(args.out) if args.out else Path("runs") / default_run_name(args, cfg)
+    out = (check_location(args.out) if args.out is not None
+           else Path("runs") / default_run_name(args, cfg))
     if args.resume and not (out / "config.json").exists():
         raise UserError(f"--resume: {out} holds no run to resume (no config.json); "
                         "drop --resume to start it")
