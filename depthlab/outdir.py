@@ -44,7 +44,8 @@ from depthlab.rundir import (
 RUN = "run"
 HF_CHECKPOINT = "hf-checkpoint"
 EMPTY = "empty"
-LABELS = {RUN: "run directory", HF_CHECKPOINT: "exported checkpoint"}
+NOUNS = {RUN: "run directory", HF_CHECKPOINT: "exported checkpoint"}
+LABELS = {kind: ("an " if noun[0] in "aeiou" else "a ") + noun for kind, noun in NOUNS.items()}
 CHECKPOINTS_DIR = "checkpoints"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # What each kind holds when depthlab writes it, besides its lock, its marker and the
@@ -69,9 +70,16 @@ def _limit(name: str, default: int, near: str) -> int:
         return default
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long to look up, among others
+        return False
+
+
 def _anchor(path: Path) -> Path:
     """The nearest existing folder at or above `path`."""
-    return next(p for p in (path, *path.parents, Path(".")) if p.is_dir())
+    return next(p for p in (path, *path.parents, Path(".")) if _is_dir(p))
 
 
 def check_location(value: str | os.PathLike, flag: str = "--out") -> Path:
@@ -172,14 +180,14 @@ def survey(path: Path) -> Contents:
         foreign += [f"{CHECKPOINTS_DIR}/{p.name}" for p in (path / CHECKPOINTS_DIR).iterdir()
                     if not (_STEP.match(p.name) or is_leftover(p.name))]
     if kind is not None and not foreign:
-        return Contents(kind, f"holds a {LABELS[kind]} depthlab wrote ({_listing(names)})")
+        return Contents(kind, f"holds {LABELS[kind]} depthlab wrote ({_listing(names)})")
     runs = [n for n in visible if (path / n / CONFIG_FILE).is_file()
             or (path / n / MARKER_FILE).is_file()]
     if runs:
-        return Contents(None, f"is a folder holding other runs ({_listing(runs)}), not one "
-                        f"run; name the run's own folder")
+        return Contents(None, f"holds other runs ({_listing(runs)}); it is a folder of runs, "
+                        "not one")
     if kind is not None:
-        return Contents(None, f"holds a {LABELS[kind]} depthlab wrote but also "
+        return Contents(None, f"holds {LABELS[kind]} depthlab wrote but also "
                         f"{_listing(foreign)}, which depthlab did not write")
     return Contents(None, f"holds {_listing(names)}, which depthlab did not write as a run")
 
@@ -200,7 +208,7 @@ def check_target(path: str | os.PathLike, kind: str, *, replace: bool,
     if found.kind == kind:
         raise UserError(f"{where}; add {replace_flag} to replace it, or choose another {flag}")
     if replace:
-        raise UserError(f"{where}; {replace_flag} replaces only a {LABELS[kind]} depthlab "
+        raise UserError(f"{where}; {replace_flag} replaces only {LABELS[kind]} depthlab "
                         f"wrote, so nothing was changed")
     raise UserError(f"{where}; choose another {flag} (nothing was changed)")
 
@@ -295,7 +303,7 @@ def claim_target(path: Path, kind: str, *, replace: bool, replace_flag: str = "-
     have written there in between): the caller writes inside the `with`."""
     check_target(path, kind, replace=replace, replace_flag=replace_flag, sources=sources,
                  flag=flag)
-    with Claim(Path(path), LABELS[kind], flag):
+    with Claim(Path(path), NOUNS[kind], flag):
         yield check_target(path, kind, replace=replace, replace_flag=replace_flag,
                            sources=sources, flag=flag)
 
