@@ -276,3 +276,37 @@ def test_a_lock_file_goes_with_its_holder_and_is_taken_again(tmp_path):
     assert not (tmp_path / "d" / ".lock").exists() and DirLock.holder(tmp_path / "d") is None
     with DirLock(tmp_path / "d"):
         assert (tmp_path / "d" / ".lock").is_file()
+
+
+def test_an_import_larger_than_the_free_disk_is_refused_before_writing(tmp_path, hf_dir, capsys,
+                                                                       monkeypatch):
+    import shutil
+
+    import depthlab.outdir as outdir
+
+    monkeypatch.setattr(outdir.shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1000))
+    code, err = cli(capsys, "hf", "import", str(hf_dir), "--out", str(tmp_path / "r"))
+    assert code == 2 and len(err) == 1 and "the disk has 0 MB free" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_page_leaves_the_status_of_a_run_another_process_holds(tmp_path):
+    from depthlab.web.runs import Runs
+
+    folder = tmp_path / "residual"
+    folder.mkdir()
+
+    def page_run_gone() -> None:
+        (folder / "status.json").write_text(json.dumps({"state": "running"}))
+        # a run the page started, now gone (no process has this PID)
+        (tmp_path / ".page-residual.job.json").write_text(json.dumps({"pid": 2 ** 30}))
+
+    page_run_gone()
+    Runs(tmp_path).settle_all()
+    assert json.loads((folder / "status.json").read_text())["state"] == "interrupted"
+    page_run_gone()
+    with DirLock(folder, "experiment folder"):  # but another process runs the experiment now
+        Runs(tmp_path).settle_all()
+        assert json.loads((folder / "status.json").read_text())["state"] == "running"
+    assert not (tmp_path / ".page-residual.job.json").exists()
