@@ -363,11 +363,12 @@ def write_whole(out_dir: Path, kind: str, write: Callable[[Path], None],
     (the caller holds its lock): the disk space is checked first, a failure leaves
     out_dir as it was."""
     check_space(out_dir, need_bytes)
-    stage = stage_dir(out_dir)
+    target = Path(os.path.realpath(out_dir))  # through a symlink: the folder it names
+    stage = stage_dir(target)
     try:
         write_marker(stage, kind)
         write(stage)
-        publish(stage, out_dir)
+        publish(stage, target)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
