@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --out from its newest readable checkpoint "
                    "(refuses when none is readable; a finished run is left as it is)")
     p.add_argument("--overwrite", action="store_true",
-                   help="start afresh in a non-empty --out, deleting what it holds")
+                   help="start afresh in an --out that holds a run depthlab wrote, deleting "
+                   "that run (a folder with other files or runs is refused)")
     p.add_argument("--max-steps", type=int, metavar="N",
                    help="stop after N steps of this invocation (resume later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
