@@ -6,6 +6,7 @@
     RUN/metrics.jsonl      one JSON object per line (see depthlab.metrics)
     RUN/checkpoints/       full training state, owned by the trainer
     RUN/.lock              held (flock) by the one process writing the run
+    RUN/.depthlab          {"kind": "run"}: depthlab wrote this directory (depthlab.outdir)
 
 Every file is written to a temporary name and renamed, so a crash leaves the
 old file or the new one, never half of one; the leftovers of a killed write are
@@ -35,6 +36,7 @@ WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
+MARKER_FILE = ".depthlab"
 # Keys that describe where a run executes, not what it computes: a resume may change them
 # and the config hash leaves them out. model.vocab_size is decided by the tokenizer from
 # data.*, so a grid entry (before tokenizing) and its finished run hash alike.
@@ -84,7 +86,10 @@ def usable_dir(path: Path, flag: str = "--out") -> Path:
 
 class DirLock:
     """One process at a time in a directory: an exclusive flock on DIR/.lock holding the
-    owner's PID. The OS drops the lock when the process dies, so no lock is ever stale."""
+    owner's PID. The OS drops the lock when the process dies, so no lock is ever stale.
+    The holder removes the file when it lets go; a process that opened the file just
+    before that sees, once it has the flock, that the path names another file (or none)
+    and tries again, so two processes never both hold "the" lock."""
 
     def __init__(self, directory: Path, what: str = "run directory") -> None:
         self.dir = Path(directory)
@@ -94,16 +99,25 @@ class DirLock:
     def acquire(self) -> DirLock:
         usable_dir(self.dir)
         path = self.dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise UserError(f"{self.dir}: this {self.what} is in use by process {holder}; "
-                                "wait for it to finish or stop it") from None
-            raise UserError(f"{path}: cannot lock ({e.strerror})") from None
+        for _ in range(100):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise UserError(f"{path}: cannot create the lock file ({e.strerror})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise UserError(f"{self.dir}: this {self.what} is in use by process "
+                                    f"{holder}; wait for it to finish or stop it") from None
+                raise UserError(f"{path}: cannot lock ({e.strerror})") from None
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # its holder removed it meanwhile: lock the file that is there now
+        else:
+            raise UserError(f"{path}: the lock file keeps changing; is another process looping?")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -111,8 +125,26 @@ class DirLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock; the file stays for the next owner
+            if _same_file(self._fd, self.dir / LOCK_FILE):
+                (self.dir / LOCK_FILE).unlink(missing_ok=True)  # still held: nobody else has it
+            os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+    @staticmethod
+    def holder(directory: Path) -> str | None:
+        """The PID (as written) of the live process holding DIR/.lock, or None when no
+        process holds it. Creates nothing."""
+        try:
+            fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None
+        except OSError:
+            return os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        finally:
+            os.close(fd)
 
     def __enter__(self) -> DirLock:
         return self.acquire()
@@ -121,33 +153,42 @@ class DirLock:
         self.release()
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def is_leftover(name: str) -> bool:
+    """What a killed atomic write leaves: a `.NAME.*.tmp` file or a `.tmp-*` folder."""
+    return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
+
+
 def remove_leftovers(directory: Path) -> list[Path]:
     """Delete what a killed atomic write leaves behind (`.NAME.*.tmp` files and `.tmp-*`
-    folders) in `directory` and its checkpoints/ folder. Only the lock holder may call it."""
+    folders) in `directory` and its checkpoints/ folder. Only the lock holder of a run
+    depthlab wrote may call it (depthlab.outdir.survey says which directories are)."""
     removed = []
     for folder in (Path(directory), Path(directory) / "checkpoints"):
         if not folder.is_dir():
             continue
         for p in folder.iterdir():
-            is_tmp_file = p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file()
-            if p.name.startswith(".tmp-") or is_tmp_file:
+            is_tmp_file = p.name.endswith(".tmp") and p.is_file()
+            if p.name.startswith(".tmp-") or (is_leftover(p.name) and is_tmp_file):
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
                 removed.append(p)
     return removed
 
 
 def run_contents(run_dir: Path) -> list[str]:
-    """The names in a run directory other than its lock file, sorted."""
+    """The names in a run directory other than its lock file and marker, sorted."""
     if not Path(run_dir).is_dir():
         return []
-    return sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_FILE)
-
-
-def clear_run(run_dir: Path) -> None:
-    """Empty a run directory except its lock (what --overwrite does)."""
-    for name in run_contents(run_dir):
-        p = Path(run_dir) / name
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    return sorted(p.name for p in Path(run_dir).iterdir()
+                  if p.name not in (LOCK_FILE, MARKER_FILE))
 
 
 def git_commit() -> str | None:

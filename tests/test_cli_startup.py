@@ -90,7 +90,7 @@ def test_plain_arithmetic_norms_match_the_models_classes(x, eps):
 TORCH_FREE = [
     "depthlab", "depthlab.atomic", "depthlab.config", "depthlab.errors", "depthlab.locales",
     "depthlab.memory", "depthlab.presets", "depthlab.progress", "depthlab.corpus",
-    "depthlab.metrics", "depthlab.rundir", "depthlab.tokenizer", "depthlab.tokstream",
+    "depthlab.metrics", "depthlab.rundir", "depthlab.outdir", "depthlab.tokenizer", "depthlab.tokstream",
     "depthlab.numtext", "depthlab.threads",
     "depthlab.cli", "depthlab.cli.anatomy_cmd", "depthlab.cli.common", "depthlab.cli.experiment_cmd",
     "depthlab.cli.generate_cmd", "depthlab.cli.hf_cmd", "depthlab.cli.model_cmd",

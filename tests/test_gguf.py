@@ -220,7 +220,7 @@ def test_import_writes_config_special_tokens_and_chat_template(tiny_run):
     assert tc["bos_token"] == SPECIAL and tc["eos_token"] == SPECIAL
     assert tc["chat_template"].startswith("{% for m in messages %}")
     assert sorted(p.name for p in tiny_run.iterdir()) == [
-        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+        ".depthlab", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
@@ -281,14 +281,20 @@ def test_missing_wheel_names_the_install_command(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "s").exists()
 
 
-def test_existing_run_is_kept_unless_force(tiny, tmp_path, capsys):
+def test_force_replaces_only_a_run_depthlab_wrote(tiny, tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
     (out / "note.txt").write_text("mine")
+    for force in ((), ("--force",)):
+        assert _cli("hf", "import-gguf", str(tiny), "--out", str(out), *force) == 2
+        assert "holds note.txt, which depthlab did not write" in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == ["note.txt"]  # no lock left either
+    (out / "note.txt").unlink()
+    assert _cli("hf", "import-gguf", str(tiny), "--out", str(out)) == 0
     assert _cli("hf", "import-gguf", str(tiny), "--out", str(out)) == 2
-    assert "--force" in capsys.readouterr().err and (out / "note.txt").exists()
+    assert "add --force" in capsys.readouterr().err
     assert _cli("hf", "import-gguf", str(tiny), "--out", str(out), "--force") == 0
-    assert not (out / "note.txt").exists() and (out / "model.safetensors").exists()
+    assert (out / "model.safetensors").exists() and not (out / ".lock").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no staging or old copy left
 
 

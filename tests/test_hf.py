@@ -205,7 +205,7 @@ def test_probe_on_an_imported_model(tmp_path, capsys):
     # The text report prints both tables.
     assert main(["hf", "probe", str(run), "--ids", ",".join(map(str, ids))]) == 0
     out = capsys.readouterr().out
-    assert "Gradient of the LM loss" in out and "mean cos" in out and "Skipping one block" in out
+    assert "Gradient of the mean next-token loss" in out and "mean cos" in out and "Skipping one block" in out
     assert main(["hf", "probe", str(run), "--ids", "5"]) == 2  # one token has no pairs
 
 

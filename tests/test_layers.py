@@ -37,6 +37,7 @@ LAYERS = {
     #    (depthlab.metrics) is here, below the trainer that writes it; the data path's
     #    "metrics" stage, reading logs into results, is the experiments layer.
     "depthlab.rundir": 2,
+    "depthlab.outdir": 2,  # where a command may write: checked, locked, replaced only if ours
     "depthlab.corpus": 2,
     "depthlab.tokenizer": 2,
     "depthlab.tokstream": 2,  # where a stream of text may be cut without changing its tokens

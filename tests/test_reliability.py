@@ -52,7 +52,7 @@ def test_a_held_run_directory_refuses_a_second_trainer_naming_the_pid(tmp_path, 
                          "--steps", "2", "--no-progress"], capsys)
     assert code == 2 and len(err.splitlines()) == 1
     assert f"in use by process {os.getpid()}" in err
-    assert sorted(p.name for p in run.iterdir()) == [".lock"]  # nothing was written
+    assert list(run.iterdir()) == []  # nothing was written; the lock file went with its holder
     # the lock went with its holder: the same command now runs
     code, _ = cli(["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(run),
                    "--steps", "2", "--no-progress"], capsys)
@@ -122,7 +122,8 @@ def test_resume_over_damaged_checkpoints_refuses_and_changes_nothing(tmp_path, c
     assert tree_hashes(run) == before  # weights, log and config untouched
 
 
-def test_a_fresh_run_refuses_a_non_empty_directory_unless_overwrite(tmp_path, capsys):
+def test_a_fresh_run_refuses_a_non_empty_directory_and_overwrite_only_replaces_a_run(
+        tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("mine")
@@ -130,14 +131,20 @@ def test_a_fresh_run_refuses_a_non_empty_directory_unless_overwrite(tmp_path, ca
             "--no-progress"]
     code, err = cli(argv, capsys)
     assert code == 2 and "is not empty (notes.txt)" in err and "--overwrite" in err
-    assert (run / "notes.txt").read_text() == "mine"
     code, err = cli([*argv, "--resume"], capsys)
     assert code == 2 and "no config.json" in err
-    code, _ = cli([*argv, "--overwrite"], capsys)
-    assert code == 0 and not (run / "notes.txt").exists()
-    assert read_metrics(run, "run_end")[-1]["status"] == "completed"
+    code, err = cli([*argv, "--overwrite"], capsys)  # notes.txt is not a run depthlab wrote
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "holds notes.txt, which depthlab did not write" in err and "nothing was changed" in err
+    assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]  # and no lock left behind
+    (run / "notes.txt").unlink()
+    code, _ = cli(argv, capsys)
+    assert code == 0 and read_metrics(run, "run_end")[-1]["status"] == "completed"
     code, err = cli(argv, capsys)  # and now it holds a run
     assert code == 2 and "already holds a run" in err
+    first = read_config(run)[1]["corpus"]
+    code, _ = cli([*argv, "--overwrite", "--seed", "7"], capsys)  # a run depthlab wrote: replaced
+    assert code == 0 and read_config(run)[1]["seed"] == 7 and read_config(run)[1]["corpus"] == first
 
 
 def test_a_damaged_newer_checkpoint_never_prunes_the_good_one(tmp_path):
@@ -372,7 +379,7 @@ def test_under_torchrun_rank0_holds_the_lock_and_both_ranks_refuse(tmp_path):
                               text=True, timeout=180)
     assert held.returncode != 0
     assert f"in use by process {os.getpid()}" in held.stderr
-    assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    assert list(run.iterdir()) == []
     free = subprocess.run([*launcher, *argv], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=180)
     assert free.returncode == 0, free.stderr[-3000:]

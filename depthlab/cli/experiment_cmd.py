@@ -72,14 +72,15 @@ def handle(args: argparse.Namespace) -> int:
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
     from depthlab.experiments import run_experiment
+    from depthlab.outdir import check_location
 
     # Runs go one at a time; each training run applies the rule to its own width, and the
     # init-time measurements are of the lesson's models (one thread by the rule).
     use_threads(args.threads, SMALL_D_MODEL)
-    from pathlib import Path
 
     command = "depthlab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
-    root = run_experiment(args.name, budget=args.budget, out_dir=Path(args.out), seeds=args.seeds,
+    root = run_experiment(args.name, budget=args.budget, out_dir=check_location(args.out),
+                          seeds=args.seeds,
                           corpus=args.corpus, progress=not args.no_progress, command=command,
                           rerun=args.rerun, threads=args.threads)
     print((root / "summary.md").read_text(encoding="utf-8"))

@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     i.add_argument("--keep-dtype", action="store_true",
                    help="store the weights in the checkpoint's dtype (e.g. bfloat16, half the "
                    "disk) instead of float32; the model computes in float32 either way")
-    i.add_argument("--force", action="store_true", help="overwrite an existing run directory")
+    i.add_argument("--force", action="store_true",
+                   help="replace a run directory depthlab wrote (nothing else)")
     add_threads_arg(i)
     i.set_defaults(handler=import_cmd)
 
@@ -59,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "all. Example: depthlab hf import-gguf smollm2 --out runs/smollm2")
     g.add_argument("source", metavar="PATH.gguf|smollm2", help="a .gguf file, or smollm2")
     g.add_argument("--out", required=True, metavar="RUN_DIR", help="run directory to write")
-    g.add_argument("--force", action="store_true", help="replace an existing run directory")
+    g.add_argument("--force", action="store_true",
+                   help="replace a run directory depthlab wrote (nothing else)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     add_threads_arg(g)
     g.set_defaults(handler=import_gguf_cmd)
@@ -74,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Example: depthlab hf export runs/llama-tiny --out hf/llama-tiny"))
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--out", required=True, metavar="HF_DIR", help="checkpoint directory to write")
-    e.add_argument("--force", action="store_true", help="overwrite an existing checkpoint")
+    e.add_argument("--force", action="store_true",
+                   help="replace a checkpoint depthlab exported (nothing else)")
     add_threads_arg(e)
     e.set_defaults(handler=export_cmd)
 

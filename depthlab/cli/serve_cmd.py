@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write DIR/index.html: the page with its scripts, styles and data embedded "
         "and the simulator precomputed on a grid (see docs/page.md), so it opens from disk "
         "without Python.")
-    export.add_argument("dir", type=Path, metavar="DIR", help="output folder (created)")
+    export.add_argument("dir", metavar="DIR", help="output folder (created)")
     export.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
                         help="runs directory whose export.json files are embedded (default: runs)")
     export.add_argument("--grid", choices=("standard", "small"), default="standard",

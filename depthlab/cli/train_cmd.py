@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="continue the run in --out from its newest readable checkpoint "
                    "(refuses when none is readable; a finished run is left as it is)")
     p.add_argument("--overwrite", action="store_true",
-                   help="start afresh in a non-empty --out, deleting what it holds")
+                   help="start afresh in an --out that holds a run depthlab wrote, deleting "
+                   "that run (a folder with other files or runs is refused)")
     p.add_argument("--max-steps", type=int, metavar="N",
                    help="stop after N steps of this invocation (resume later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
@@ -91,6 +92,7 @@ def _stem(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from depthlab.outdir import check_location
     from depthlab.train import train  # torch: only when the command runs
 
     if args.max_steps is not None and args.max_steps <= 0:
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise UserError("give --resume (continue the run) or --overwrite (replace it), not both")
     cfg = resolve(args)
-    out = Path(args.out) if args.out else Path("runs") / default_run_name(args, cfg)
+    out = (check_location(args.out) if args.out is not None
+           else Path("runs") / default_run_name(args, cfg))
     if args.resume and not (out / "config.json").exists():
         raise UserError(f"--resume: {out} holds no run to resume (no config.json); "
                         "drop --resume to start it")

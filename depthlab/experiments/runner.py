@@ -1,6 +1,7 @@
 """Run an experiment's grid one run at a time: skip finished runs of the same config,
 resume interrupted ones, keep status.json current for the page, then export. One
-process per experiment folder (a DirLock on it); see depthlab.experiments.reuse.
+process per experiment folder (its lock, depthlab.outdir.Claim), one per run directory
+(the trainer's); see depthlab.experiments.reuse.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from depthlab.experiments.spec import (
     now_iso,
 )
 from depthlab.metrics import read_metrics
+from depthlab.outdir import RUN, Claim, check_location, clear_run, survey, write_marker
 from depthlab.progress import Progress
-from depthlab.rundir import DirLock, atomic_write_text, clear_run
+from depthlab.rundir import atomic_write_text, remove_leftovers
 
 STATUS_FILE = "status.json"
 
@@ -92,8 +94,11 @@ def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     torch.manual_seed(tc.seed)
     model = Transformer(cfg.model)
     x, y = batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, torch.device("cpu"))
-    with DirLock(run_dir):
-        clear_run(run_dir)
+    with Claim(run_dir):
+        if survey(run_dir).kind == RUN:
+            remove_leftovers(run_dir)
+        clear_run(run_dir, "--rerun")
+        write_marker(run_dir, RUN)
         write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
         with MetricsWriter(run_dir) as log:
             log.log("run_start", step=0, steps=0, world_size=1, device="cpu", resumed_from=None)
@@ -124,11 +129,11 @@ def run_experiment(
         raise UserError(f"--seeds must be between 1 and 10, got {seeds}")
     b = BUDGETS[budget]
     specs = exp.grid(base_config(b, corpus, threads), b, seeds or b.seeds)
-    root = Path(out_dir) / name
+    root = check_location(out_dir) / name
     cmd = command or f"depthlab experiment {name} --budget {budget}" + (
         f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
     settings = {"budget": budget, "seeds": seeds, "corpus": corpus}
-    with DirLock(root, "experiment folder"):
+    with Claim(root, "experiment folder"):
         stale = reuse.check_grid(specs, root / "runs", rerun)
         say = print if echo else (lambda *a, **k: None)
         say(f"{name}: {exp.question}\nbudget {budget}: {b.about}\n{describe_grid(specs)}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from depthlab import rundir
+from depthlab import outdir, rundir
 from depthlab.config import Config
 from depthlab.errors import MAX_JSON_BYTES, UserError, read_json_object
 from depthlab.hf.config_map import export_family, hf_config_from_model, run_config_from_hf
@@ -42,14 +42,6 @@ def _read_json(path: Path) -> dict:
     return read_json_object(path, f"missing; is {path.parent} a Hugging Face checkpoint directory?")
 
 
-def _check_out(out_dir: Path, marker: str, force: bool) -> None:
-    blocked = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
-    if blocked is not None:
-        raise UserError(f"--out {out_dir}: {blocked} exists and is not a directory")
-    if (out_dir / marker).exists() and not force:
-        raise UserError(f"{out_dir} already holds {marker}; choose another --out or add --force")
-
-
 def _copy_file(src: Path, dst: Path) -> None:
     rundir.atomic_write(dst, lambda tmp: shutil.copyfile(src, tmp))
 
@@ -61,7 +53,7 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     `dtype` None keeps the checkpoint's dtype on disk (half the size for bf16);
     `rundir.load_model` casts to the model's float32 either way.
     """
-    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
         raise UserError(f"{hf_dir}: no such directory")
     raw = _read_json(hf_dir / HF_CONFIG)
@@ -70,18 +62,26 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     if tokenizer.exists():
         check_tokenizer_file(tokenizer, cfg.model.vocab_size)
     files = weight_files(hf_dir)
-    _check_out(out_dir, rundir.CONFIG_FILE, force)
-    model, n_params = model_from_hf_tensors(
-        cfg, kind, set(files), lambda names: read_tensors(files, names), where=str(hf_dir),
-        dtype=dtype)
+    out_dir = outdir.check_location(out_dir)
+    with outdir.claim_target(out_dir, outdir.RUN, replace=force, sources=(hf_dir,)):
+        model, n_params = model_from_hf_tensors(
+            cfg, kind, set(files), lambda names: read_tensors(files, names), where=str(hf_dir),
+            dtype=dtype)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rundir.save_weights(out_dir, model)
-    if tokenizer.exists():
-        _copy_file(tokenizer, out_dir / rundir.TOKENIZER_FILE)
-    rundir.write_config(out_dir, cfg, source={"format": "huggingface", "architecture": kind,
-                                              "path": str(hf_dir.resolve())})
+        def write(stage: Path) -> None:
+            rundir.save_weights(stage, model)
+            if tokenizer.exists():
+                _copy_file(tokenizer, stage / rundir.TOKENIZER_FILE)
+            rundir.write_config(stage, cfg, source={"format": "huggingface", "architecture": kind,
+                                                    "path": str(hf_dir.resolve())})
+
+        outdir.write_whole(out_dir, outdir.RUN, write, need_bytes=_bytes(model))
     return Converted(out_dir, kind, cfg, n_params, tokenizer.exists())
+
+
+def _bytes(model: torch.nn.Module) -> int:
+    """The size of the model's tensors on disk (safetensors stores them as they are)."""
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
 def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
@@ -159,26 +159,29 @@ def export_run(run_dir: Path, out_dir: Path, *, force: bool = False) -> Converte
     """Write a run directory as a Hugging Face checkpoint (float32, one safetensors file)."""
     from safetensors.torch import save_file
 
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    run_dir = Path(run_dir)
     cfg, _ = rundir.read_config(run_dir)
     hf_config = hf_config_from_model(cfg.model)  # refuses before any weights are read
-    _check_out(out_dir, HF_CONFIG, force)
-    model, cfg = rundir.load_model(run_dir)
-    names = export_family(cfg.model).weights
-    state = {hf_name(name, names): t.detach().to(torch.float32).contiguous()
-             for name, t in model.state_dict().items()}
+    out_dir = outdir.check_location(out_dir)
+    with outdir.claim_target(out_dir, outdir.HF_CHECKPOINT, replace=force, sources=(run_dir,)):
+        model, cfg = rundir.load_model(run_dir)
+        names = export_family(cfg.model).weights
+        state = {hf_name(name, names): t.detach().to(torch.float32).contiguous()
+                 for name, t in model.state_dict().items()}
+        tokenizer = run_dir / rundir.TOKENIZER_FILE
+        has_tokenizer = _is_tokenizers_file(tokenizer)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # Transformers refuses safetensors files without format=pt in their metadata.
-    rundir.atomic_write(out_dir / SINGLE_FILE,
-                        lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
-    tokenizer = run_dir / rundir.TOKENIZER_FILE
-    has_tokenizer = _is_tokenizers_file(tokenizer)
-    if has_tokenizer:
-        _copy_file(tokenizer, out_dir / rundir.TOKENIZER_FILE)
-        # Use tokenizer.json as it is, without model-specific special-token rules.
-        rundir.atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
-    rundir.atomic_write_text(out_dir / HF_CONFIG, json.dumps(hf_config, indent=2))
-    n_params = sum(t.numel() for t in state.values())
+        def write(stage: Path) -> None:
+            # Transformers refuses safetensors files without format=pt in their metadata.
+            rundir.atomic_write(stage / SINGLE_FILE,
+                                lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+            if has_tokenizer:
+                _copy_file(tokenizer, stage / rundir.TOKENIZER_FILE)
+                # Use tokenizer.json as it is, without model-specific special-token rules.
+                rundir.atomic_write_text(stage / "tokenizer_config.json", json.dumps(
+                    {"tokenizer_class": "PreTrainedTokenizerFast"}, indent=2))
+            rundir.atomic_write_text(stage / HF_CONFIG, json.dumps(hf_config, indent=2))
+
+        n_params = sum(t.numel() for t in state.values())
+        outdir.write_whole(out_dir, outdir.HF_CHECKPOINT, write, need_bytes=4 * n_params)
     return Converted(out_dir, hf_config["architectures"][0], cfg, n_params, has_tokenizer)

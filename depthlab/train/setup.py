@@ -20,6 +20,7 @@ from depthlab.hooks import HookFn
 from depthlab.memory import check_fits
 from depthlab.metrics import MetricsWriter, truncate_after
 from depthlab.model import Transformer
+from depthlab.outdir import RUN, write_marker
 from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime, step_reads
@@ -161,6 +162,7 @@ def _open_log(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData,
     """A fresh run writes config.json and tokenizer.json and starts a fresh log; a resumed
     one cuts its log back to the checkpoint's step. Either way, a run_start line."""
     tc = cfg.train
+    write_marker(run_dir, RUN)  # the first write: depthlab owns this directory from here on
     if ckpt is None:
         write_config(run_dir, cfg, seed=tc.seed,
                      tokenizer={"kind": data.tokenizer.kind, "file": TOKENIZER_FILE,

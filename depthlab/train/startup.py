@@ -3,7 +3,8 @@ decide between a fresh start, a resume and "already finished" without losing wor
 
 The rules (README "Reliability"):
 - one process per run directory (depthlab.rundir.DirLock; rank 0 under torchrun);
-- a fresh run needs an empty directory, or --overwrite;
+- a fresh run needs an empty directory, or --overwrite, which replaces only a run
+  depthlab wrote (depthlab.outdir);
 - --resume continues from the newest readable checkpoint; when checkpoints exist
   but none is readable it refuses and names the damaged files, it never starts over
   on top of a run's weights and log;
@@ -23,11 +24,10 @@ import torch
 
 from depthlab.config import Config
 from depthlab.errors import UserError
+from depthlab.outdir import RUN, Claim, check_target, clear_run, survey
 from depthlab.rundir import (
     CONFIG_FILE,
     WEIGHTS_FILE,
-    DirLock,
-    clear_run,
     config_changes,
     describe_changes,
     read_config,
@@ -61,14 +61,16 @@ def share_int(rt: runtime.Runtime, value: int | None) -> int:
     return int(rt.sum(t).item())
 
 
-def claim(run_dir: Path, rt: runtime.Runtime) -> DirLock | None:
-    """Lock the run directory (rank 0) and remove what a killed write left behind."""
-    def take() -> DirLock:
-        lock = DirLock(run_dir).acquire()
-        removed = remove_leftovers(run_dir)
-        if removed:
-            print(f"depthlab: removed {len(removed)} leftover temporary file(s) of an "
-                  f"interrupted write in {run_dir}", file=sys.stderr)
+def claim(run_dir: Path, rt: runtime.Runtime) -> Claim | None:
+    """Lock the run directory (rank 0) and, in a run depthlab wrote, remove what a killed
+    write left behind (elsewhere such names may be the user's: they stay)."""
+    def take() -> Claim:
+        lock = Claim(run_dir).acquire()
+        if survey(run_dir).kind == RUN:
+            removed = remove_leftovers(run_dir)
+            if removed:
+                print(f"depthlab: removed {len(removed)} leftover temporary file(s) of an "
+                      f"interrupted write in {run_dir}", file=sys.stderr)
         return lock
 
     return on_rank0(rt, take)
@@ -95,6 +97,7 @@ def decide(run_dir: Path, cfg: Config, resume: bool, overwrite: bool) -> Start:
         return Start(None)
     shown = ", ".join(contents[:4]) + (", ..." if len(contents) > 4 else "")
     if overwrite:
+        check_target(run_dir, RUN, replace=True, replace_flag="--overwrite")
         clear_run(run_dir)
         return Start(None)
     if not resume:
@@ -114,7 +117,7 @@ def decide(run_dir: Path, cfg: Config, resume: bool, overwrite: bool) -> Start:
     if WEIGHTS_FILE in contents:
         raise UserError(f"{run_dir}: has {WEIGHTS_FILE} but no {CHECKPOINTS_DIR}/ to resume "
                         "from; nothing was changed; --overwrite starts over")
-    clear_run(run_dir)  # stopped before its first checkpoint: nothing saved to lose
+    clear_run(run_dir, "--resume")  # stopped before its first checkpoint: nothing saved to lose
     return Start(None)
 
 

@@ -17,7 +17,9 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from depthlab.atomic import atomic_write_text
 from depthlab.locales import LANGS, table
+from depthlab.outdir import writable_dir
 from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
 from depthlab.progress import Progress
 from depthlab.web import compute, lesson, realmodel
@@ -143,17 +145,14 @@ def _inline(html: str, data: dict) -> str:
     return html.replace('<meta charset="utf-8">', '<meta charset="utf-8">\n' + csp, 1)
 
 
-def export_page(out_dir: Path, *, runs_dir: Path = Path("runs"), grid: str = "standard",
+def export_page(out_dir: str | Path, *, runs_dir: Path = Path("runs"), grid: str = "standard",
                 progress: bool = False) -> Path:
     """Write out_dir/index.html and return its path."""
     if grid not in GRIDS:
         raise ValueError(f"grid must be one of {', '.join(GRIDS)}")
-    data = page_data(Path(runs_dir), grid, progress)
-    html = _inline((STATIC / "index.html").read_text(encoding="utf-8"), data)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "index.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
+    with writable_dir(out_dir, "DIR") as folder:  # checked before minutes of computing
+        data = page_data(Path(runs_dir), grid, progress)
+        html = _inline((STATIC / "index.html").read_text(encoding="utf-8"), data)
+        path = folder / "index.html"
+        atomic_write_text(path, html)
     return path

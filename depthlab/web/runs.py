@@ -27,7 +27,7 @@ import sys
 import threading
 from pathlib import Path
 
-from depthlab.rundir import atomic_write_text
+from depthlab.rundir import DirLock, atomic_write_text
 from depthlab.web.messages import RunError, refusal
 
 __all__ = ["NAME_RE", "FRONTIER", "RunError", "Runs", "known_experiments"]
@@ -154,6 +154,8 @@ class Runs:
         make it say interrupted (it cannot say so itself any more); forget the record."""
         path = self.root / name / "status.json"
         status = _read_json(path)
+        if DirLock.holder(path.parent) is not None:
+            status = None  # another live process (a `depthlab experiment` run) owns it now
         if status is not None and status.get("state") == "running":
             status.update(state="interrupted", updated_at=_now(),
                           message=f"interrupted: {why}; start it again to resume")

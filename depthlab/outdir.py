@@ -1,0 +1,374 @@
+"""Where a command may write, decided before it writes anything.
+
+Every command that writes a run directory (train, experiments, hf import, import-gguf,
+export, lab's SmolLM2 import) goes through here, in this order:
+1. `check_location`: --out is a name (not empty, no part longer than the file system
+   allows), nothing on its way is a file, its nearest existing folder is writable;
+2. `survey`: what the directory holds: nothing, a directory depthlab wrote as one run
+   (or one exported checkpoint), recognised by the marker DIR/.depthlab written when it
+   was created (runs from before the marker: a depthlab config.json beside only the
+   files a trainer writes), or anything else, named;
+3. `check_target`: --force/--overwrite replace only a directory of the kind the command
+   writes, never the command's own source, never a folder of runs or foreign files;
+4. `Claim`: create the directory, take its lock (depthlab.rundir.DirLock) and check again
+   under it; on the way out the lock file, and any folder it created that stayed empty,
+   are removed, so a refused command leaves the disk as it found it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from depthlab import __version__
+from depthlab.atomic import atomic_write_text
+from depthlab.errors import UserError
+from depthlab.rundir import (
+    CONFIG_FILE,
+    MARKER_FILE,
+    METRICS_FILE,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    DirLock,
+    is_leftover,
+    run_contents,
+)
+
+RUN = "run"
+HF_CHECKPOINT = "hf-checkpoint"
+EMPTY = "empty"
+NOUNS = {RUN: "run directory", HF_CHECKPOINT: "exported checkpoint"}
+LABELS = {kind: ("an " if noun[0] in "aeiou" else "a ") + noun for kind, noun in NOUNS.items()}
+CHECKPOINTS_DIR = "checkpoints"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# What each kind holds when depthlab writes it, besides its lock, its marker and the
+# leftovers of a killed write: anything else is someone else's.
+OWN_NAMES = {
+    RUN: frozenset({CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE,
+                    METRICS_FILE, CHECKPOINTS_DIR}),
+    HF_CHECKPOINT: frozenset({CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE}),
+}
+_STEP = re.compile(r"^step_\d+$")
+
+
+def short(text: str, keep: int = 240) -> str:
+    """A path or name cut (in the middle) when too long for one line of an error message."""
+    return text if len(text) <= keep else f"{text[:keep // 2 - 2]}...{text[-(keep // 2 - 1):]}"
+
+
+def _limit(name: str, default: int, near: str) -> int:
+    try:
+        return os.pathconf(near, name)
+    except (OSError, ValueError):
+        return default
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long to look up, among others
+        return False
+
+
+def _anchor(path: Path) -> Path:
+    """The nearest existing folder at or above `path`."""
+    return next(p for p in (path, *path.parents, Path(".")) if _is_dir(p))
+
+
+def check_location(value: str | os.PathLike, flag: str = "--out") -> Path:
+    """--out as a Path, or one line saying why nothing could be written there. Reads only."""
+    text = os.fspath(value)
+    if not text.strip():
+        raise UserError(f"{flag}: empty; give the name of a directory")
+    if "\0" in text:
+        raise UserError(f"{flag}: contains a NUL character")
+    path, shown = Path(text), short(text)
+    name_max = _limit("PC_NAME_MAX", 255, str(_anchor(Path(os.path.abspath(text)))))
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise UserError(f"{flag} {shown}: the name {short(part, 30)} is "
+                            f"{len(os.fsencode(part))} bytes long; at most {name_max} are allowed")
+    path_max = _limit("PC_PATH_MAX", 4096, "/")
+    if len(os.fsencode(os.path.abspath(text))) >= path_max:
+        raise UserError(f"{flag} {shown}: the full path is longer than {path_max - 1} bytes")
+    for p in (path, *path.parents):
+        if p.is_dir():
+            break
+        if os.path.lexists(p):
+            raise UserError(f"{flag} {shown}: " + ("exists and is not a directory" if p == path
+                                                   else f"{short(str(p))} is not a directory"))
+    anchor = _anchor(path)
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {shown}: {short(str(anchor))} is not writable")
+    return path
+
+
+def check_space(path: Path, need_bytes: int, flag: str = "--out") -> None:
+    """Refuse before writing when the disk holding `path` has less free space than the
+    estimate (the new files are complete before an old directory is removed)."""
+    free = shutil.disk_usage(_anchor(Path(path))).free
+    if need_bytes > free:
+        raise UserError(f"{flag} {short(str(path))}: needs about {need_bytes / 1e6:,.0f} MB, "
+                        f"the disk has {free / 1e6:,.0f} MB free; nothing was written")
+
+
+def check_apart(out: Path, source: Path, flag: str = "--out") -> None:
+    """The output may be neither the command's source, nor inside it, nor hold it."""
+    o, s = Path(out).resolve(), Path(source).resolve()
+    if o == s:
+        raise UserError(f"{flag} {short(str(out))}: is the source of this command; "
+                        f"choose another {flag}")
+    if o in s.parents:
+        raise UserError(f"{flag} {short(str(out))}: holds the source {short(str(source))}; "
+                        f"choose another {flag}")
+    if s in o.parents:
+        raise UserError(f"{flag} {short(str(out))}: lies inside the source "
+                        f"{short(str(source))}; choose another {flag}")
+
+
+@dataclass(frozen=True)
+class Contents:
+    """What a directory holds: kind RUN or HF_CHECKPOINT (depthlab wrote it and nothing
+    else is in it), EMPTY (missing, or only a lock and marker), or None (anything else)."""
+
+    kind: str | None
+    about: str  # in words, for a one-line message
+
+
+def _listing(names: list[str], limit: int = 4) -> str:
+    shown = ", ".join(short(n, 40) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _marker_kind(path: Path) -> str | None:
+    try:
+        kind = json.loads((path / MARKER_FILE).read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if kind in OWN_NAMES else None
+
+
+def _old_run(path: Path) -> bool:
+    """A run written before the marker existed: config.json is a depthlab run record."""
+    try:
+        with open(path / CONFIG_FILE, "rb") as f:
+            record = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    cfg = record.get("config") if isinstance(record, dict) else None
+    return isinstance(cfg, dict) and all(isinstance(cfg.get(k), dict)
+                                         for k in ("model", "data", "train"))
+
+
+def survey(path: Path) -> Contents:
+    """What `path` holds, without changing it."""
+    path = Path(path)
+    names = run_contents(path)
+    if not names:
+        return Contents(EMPTY, "is empty" if path.is_dir() else "does not exist")
+    kind = _marker_kind(path) or (RUN if _old_run(path) else None)
+    visible = [n for n in names if not is_leftover(n)]
+    foreign = [n for n in visible if n not in OWN_NAMES.get(kind, ())]
+    if kind == RUN and (path / CHECKPOINTS_DIR).is_dir():
+        foreign += [f"{CHECKPOINTS_DIR}/{p.name}" for p in (path / CHECKPOINTS_DIR).iterdir()
+                    if not (_STEP.match(p.name) or is_leftover(p.name))]
+    if kind is not None and not foreign:
+        return Contents(kind, f"holds {LABELS[kind]} depthlab wrote ({_listing(names)})")
+    runs = [n for n in visible if (path / n / CONFIG_FILE).is_file()
+            or (path / n / MARKER_FILE).is_file()]
+    if runs:
+        return Contents(None, f"holds other runs ({_listing(runs)}); it is a folder of runs, "
+                        "not one")
+    if kind is not None:
+        return Contents(None, f"holds {LABELS[kind]} depthlab wrote but also "
+                        f"{_listing(foreign)}, which depthlab did not write")
+    return Contents(None, f"holds {_listing(names)}, which depthlab did not write as a run")
+
+
+def check_target(path: str | os.PathLike, kind: str, *, replace: bool,
+                 replace_flag: str = "--force", sources: tuple[Path, ...] = (),
+                 flag: str = "--out") -> Contents:
+    """Refuse, with one line and nothing changed, unless `path` may receive a new `kind`
+    directory: it is missing or empty, or `replace` is given and it holds a `kind`
+    directory depthlab wrote and nothing else; and it is apart from every source."""
+    path = check_location(path, flag)
+    for source in sources:
+        check_apart(path, source, flag)
+    found = survey(path)
+    if found.kind == EMPTY or (found.kind == kind and replace):
+        return found
+    where = f"{flag} {short(str(path))}: {found.about}"
+    if found.kind == kind:
+        raise UserError(f"{where}; add {replace_flag} to replace it, or choose another {flag}")
+    if replace:
+        raise UserError(f"{where}; {replace_flag} replaces only {LABELS[kind]} depthlab "
+                        f"wrote, so nothing was changed")
+    raise UserError(f"{where}; choose another {flag} (nothing was changed)")
+
+
+def write_marker(path: Path, kind: str) -> None:
+    """DIR/.depthlab: this directory was written by depthlab as one `kind`."""
+    atomic_write_text(Path(path) / MARKER_FILE,
+                      json.dumps({"kind": kind, "depthlab_version": __version__}))
+
+
+def clear_run(path: Path, replace_flag: str = "--overwrite") -> None:
+    """Empty a run directory depthlab wrote (its lock and marker stay); anything else is
+    refused. The caller holds the lock."""
+    found = survey(path)
+    if found.kind not in (RUN, EMPTY):
+        raise UserError(f"{short(str(path))}: {found.about}; {replace_flag} replaces only a "
+                        "run directory depthlab wrote, so nothing was changed")
+    for name in run_contents(path):
+        p = Path(path) / name
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def _make_dirs(path: Path, flag: str) -> list[Path]:
+    """Create `path` and its missing parents; the folders created, outermost first."""
+    missing = [p for p in (path, *path.parents) if not p.is_dir()][::-1]
+    created: list[Path] = []
+    for p in missing:
+        try:
+            p.mkdir()
+        except FileExistsError:
+            continue  # another process made it meanwhile
+        except OSError as e:
+            _remove_empty(created)
+            raise UserError(f"{flag} {short(str(path))}: cannot create {short(str(p))} "
+                            f"({e.strerror})") from None
+        created.append(p)
+    return created
+
+
+def _remove_empty(created: list[Path]) -> None:
+    for p in reversed(created):
+        try:
+            p.rmdir()
+        except OSError:
+            return  # something was written there: it stays
+
+
+class Claim:
+    """The lock of a directory a command writes, taken after `check_location`. Releasing
+    removes the lock file, a marker with nothing beside it, and the folders it created
+    that stayed empty."""
+
+    def __init__(self, path: Path, what: str = "run directory", flag: str = "--out") -> None:
+        self.path, self.what, self.flag = Path(path), what, flag
+        self._lock: DirLock | None = None
+        self._created: list[Path] = []
+        self._had_marker = True
+
+    def acquire(self) -> Claim:
+        check_location(self.path, self.flag)
+        self._created = _make_dirs(self.path, self.flag)
+        self._had_marker = (self.path / MARKER_FILE).exists()
+        try:
+            self._lock = DirLock(self.path, self.what).acquire()
+        except BaseException:
+            self._tidy()
+            raise
+        return self
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+            self._tidy()
+
+    def _tidy(self) -> None:
+        if not self._had_marker and not run_contents(self.path):
+            (self.path / MARKER_FILE).unlink(missing_ok=True)
+        _remove_empty(self._created)
+
+    def __enter__(self) -> Claim:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+@contextmanager
+def claim_target(path: Path, kind: str, *, replace: bool, replace_flag: str = "--force",
+                 sources: tuple[Path, ...] = (), flag: str = "--out") -> Iterator[Contents]:
+    """check_target, then the lock, then check_target again under it (another process may
+    have written there in between): the caller writes inside the `with`."""
+    check_target(path, kind, replace=replace, replace_flag=replace_flag, sources=sources,
+                 flag=flag)
+    with Claim(Path(path), NOUNS[kind], flag):
+        yield check_target(path, kind, replace=replace, replace_flag=replace_flag,
+                           sources=sources, flag=flag)
+
+
+@contextmanager
+def writable_dir(value: str | os.PathLike, flag: str = "--out") -> Iterator[Path]:
+    """A folder that is not a run (export-page's): checked, created and shown to take a
+    file before the work starts, so a bad location fails at once, not after the work;
+    the folders created are removed again when nothing was written there."""
+    path = check_location(value, flag)
+    created = _make_dirs(path, flag)
+    try:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".probe-", suffix=".tmp", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise UserError(f"{flag} {short(str(path))}: cannot write there ({e.strerror})") from None
+        yield path
+    finally:
+        _remove_empty(created)
+
+
+def stage_dir(out_dir: Path) -> Path:
+    """A fresh hidden folder beside out_dir in which a whole directory is written before
+    `publish` puts it in place."""
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name[:80]}.", suffix=".tmp",
+                                  dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; a run directory is not
+    return stage
+
+
+def publish(stage: Path, out_dir: Path) -> None:
+    """Swap the finished `stage` in for out_dir, whose lock the caller holds: readers see
+    the old directory or the new one, never half of one; the old one goes last."""
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name[:80]}.old-", suffix=".tmp",
+                                dir=out_dir.parent))
+    os.replace(out_dir, old)  # onto the empty folder just made
+    try:
+        os.replace(stage, out_dir)
+    except OSError as e:
+        try:
+            os.replace(old, out_dir)
+        except OSError:
+            raise UserError(f"{out_dir}: another process created it while it was being "
+                            f"replaced; its previous contents are kept in {old}") from None
+        raise UserError(f"{out_dir}: cannot put the new directory in place ({e.strerror}); "
+                        "nothing was changed") from None
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_whole(out_dir: Path, kind: str, write: Callable[[Path], None],
+                need_bytes: int = 0) -> None:
+    """Write a whole `kind` directory with write(stage) and put it in place of out_dir
+    (the caller holds its lock): the disk space is checked first, a failure leaves
+    out_dir as it was."""
+    check_space(out_dir, need_bytes)
+    target = Path(os.path.realpath(out_dir))  # through a symlink: the folder it names
+    stage = stage_dir(target)
+    try:
+        write_marker(stage, kind)
+        write(stage)
+        publish(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
