@@ -167,6 +167,7 @@
       const rows = r.groups.map((g) => [g.layers_passed, X(g.n_paths_text), X(g.value_each_text), X(g.total_text)]);
       const out = $("paths-expansion");
       out.textContent = "";
+      Object.assign(out.dataset, { n: r.depth, a: r.scale_text }); // what is shown (tests wait on it)
       out.append(h("p", { class: "kv" }, "N = " + r.depth + ", a = " + X(r.scale_text) + ": ",
         h("b", { id: "paths-count" }, X(r.n_paths_text)),
         " " + DL.t("f.paths") + " · " + DL.t("f.total") + " = ", h("b", { id: "paths-total" }, X(r.residual_output_text)),
