@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from depthlab.cli import main
 from depthlab.probes import residual_paths
-from depthlab.probes.exactnum import SIG_DIGITS, parse_decimal, scientific, text
+from depthlab.probes.exact import init_scale_text
+from depthlab.probes.exactnum import SIG_DIGITS, parse_decimal, scientific, sqrt_text, text
 from depthlab.web import compute, lesson
 from depthlab.web.schemas import PathsRequest
 
@@ -154,3 +155,43 @@ def test_typed_decimals_refused_with_the_field_named(bad):
 def test_typed_decimals_accept_unicode_minus_and_full_width_digits():
     assert parse_decimal("\u22120.1") == Fraction(-1, 10)
     assert parse_decimal("\uff10\uff0e\uff15") == Fraction(1, 2)
+
+
+def _rounded_sqrt_ok(s: str, q: Fraction, digits: int = 6) -> bool:
+    """s is sqrt(q) exactly, or (marked ~) the `digits`-digit value nearest to it: the
+    value v, its last digit's unit u, and (v - u/2)^2 <= q <= (v + u/2)^2."""
+    v = read_back(s)
+    if not s.startswith("~"):
+        return v * v == q
+    sig = s[1:].replace(",", "").replace(".", "").split("e")[0].lstrip("0")
+    e = Decimal(s[1:].replace(",", "")).adjusted()  # the exponent of the first digit
+    u = Fraction(10) ** (e - digits + 1)
+    return len(sig) == digits and (v - u / 2) ** 2 <= q <= (v + u / 2) ** 2 and v * v != q
+
+
+@settings(max_examples=300, deadline=None)
+@given(std=st.decimals(min_value="0.0001", max_value="10", places=4), writes=st.integers(1, 4096))
+def test_the_depth_scaled_init_is_the_rounded_square_root(std, writes):
+    """0.02/sqrt(2L) and the like, for every base std and number of writes a config can have."""
+    rule, value = init_scale_text(float(std), writes)
+    assert rule == f"{text(Fraction(std))}/√{writes}"
+    assert _rounded_sqrt_ok(value, Fraction(std) ** 2 / writes)
+
+
+def test_init_scale_known_answers():
+    assert init_scale_text(0.02, 8) == ("0.02/√8", "~0.00707107")
+    assert init_scale_text(0.02, 4) == ("0.02/√4", "0.01")  # exact: no ~
+    assert init_scale_text(0.02, 24)[1] == "~0.00408248"  # GPT-2's 12 blocks
+    assert sqrt_text(Fraction(99_999_999, 10**8)) == "~1.00000"  # rounds up into the next decade
+
+
+def test_the_evolution_rows_carry_the_exact_init_and_counts():
+    from depthlab.probes import evolution_table
+
+    for row in evolution_table():
+        assert isinstance(row["total_params"], int)
+        value = read_back(row["residual_init_std_text"])
+        assert float(value) == pytest.approx(row["residual_init_std"], rel=1e-5)
+        if row["residual_init_rule"]:
+            assert _rounded_sqrt_ok(row["residual_init_std_text"],
+                                    Fraction(repr(0.02)) ** 2 / row["n_writes"])

@@ -20,7 +20,8 @@ from depthlab.web.schemas import NormsRequest, PathsRequest
 
 pytestmark = BROWSER_MARKS
 
-API_JS = Path(__file__).resolve().parent.parent / "depthlab" / "web" / "static" / "js" / "api.js"
+JS = Path(__file__).resolve().parent.parent / "depthlab" / "web" / "static" / "js"
+API_JS = JS / "api.js"
 SUP = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
 # (N, a) on the page: the issue's known answers, cancellation, a tiny and a long value
 STATES = [(64, "-2", "1"), (64, "-1", "0"), (10, "1", "1,024"), (2, "0.5", "2.25"),
@@ -72,6 +73,7 @@ def scratch(browser):
     page.set_content(f'<!doctype html><title>arith</title><script type="application/json" '
                      f'id="depthlab-data">{blob}</script>')
     page.add_script_tag(content=API_JS.read_text(encoding="utf-8"))
+    page.add_script_tag(content=(JS / "charts.js").read_text(encoding="utf-8"))  # DL.exact, DL.fmtApart
     yield page
     page.close()
 
@@ -148,3 +150,22 @@ def test_the_comparisons_catch_a_difference():
     assert same({"a": 1}, {"b": 1}) == [": keys ['a', 'b']"]
     assert from_display("≈ −1.25 × 10⁻⁴⁰") == "~-1.25e-40" and from_display("10⁻⁶⁴") == "1e-64"
     assert from_display("1,024") == "1,024"
+
+
+def test_the_notation_changes_and_the_digits_stay(scratch):
+    """DL.exact rewrites the server's text for people and nothing else."""
+    cases = {"1,024": "1,024", "-2": "−2", "~1.17901845777e-3": "≈ 1.17901845777 × 10⁻³",
+             "1e-64": "10⁻⁶⁴", "~-3.5e66": "≈ −3.5 × 10⁶⁶", "~19,605,347.6431": "≈ 19,605,347.6431"}
+    got = scratch.evaluate("(xs) => xs.map((x) => DL.exact(x))", list(cases))
+    assert got == list(cases.values())
+    assert [from_display(g) for g in got] == list(cases)
+
+
+def test_values_that_round_alike_are_written_apart(scratch):
+    """The two stacks' cosines: near 1 as 1 − x, and different values never read the same."""
+    got = scratch.evaluate("(pairs) => pairs.map((p) => DL.fmtApart(p))",
+                           [[0.99999997, 1.0], [0.9999, 0.99995], [0.5121, 0.5124], [0.914, 1.0], [1.0, 1.0]])
+    assert got[0] == ["1 − 3.0 × 10⁻⁸", "1"]
+    assert got[1] == ["1 − 1.0 × 10⁻⁴", "1 − 5.0 × 10⁻⁵"]
+    assert got[2] == ["0.5121", "0.5124"]
+    assert got[3] == ["0.914", "1"] and got[4] == ["1", "1"]

@@ -20,7 +20,7 @@ from itertools import combinations
 
 from depthlab.config import ModelConfig
 from depthlab.errors import UserError
-from depthlab.probes.exactnum import parse_decimal, text, to_float
+from depthlab.probes.exactnum import parse_decimal, sqrt_text, text, to_float
 
 MAX_PATH_DEPTH = 64
 MAX_LISTED_PATHS = 16  # paths are listed one by one up to N = 4 (2^4 = 16)
@@ -192,3 +192,13 @@ def residual_init_std(n_layers: int, base: float = 0.02) -> float:
     if not isinstance(n_layers, int) or n_layers < 1:
         raise UserError(f"n_layers must be an integer >= 1, got {n_layers!r}")
     return ModelConfig(n_layers=n_layers, init_std=base).out_proj_std
+
+
+def init_scale_text(init_std: float, n_writes: int) -> tuple[str, str]:
+    """The depth-scaled init std init_std / sqrt(n_writes) as (rule, value): the rule as
+    written ("0.02/√8") and the value from integers, exact or correctly rounded to 6
+    significant digits ("~0.00707107"; 0.02/√4 is exactly "0.01")."""
+    if not isinstance(n_writes, int) or n_writes < 1:
+        raise UserError(f"n_writes must be an integer >= 1, got {n_writes!r}")
+    std = parse_decimal(init_std, "init_std")
+    return f"{text(std)}/√{n_writes}", sqrt_text(std * std / n_writes)

@@ -120,15 +120,21 @@ def scientific(q: Fraction, digits: int = SIG_DIGITS) -> str:
     if m == 10**digits:  # 9.99...95 rounds up to the next power of ten
         m //= 10
         e += 1
-    mark = ("" if r == 0 else "~") + ("-" if q < 0 else "")
+    return _write(m, e, digits, exact=r == 0, negative=q < 0)
+
+
+def _write(m: int, e: int, digits: int, exact: bool, negative: bool) -> str:
+    """The value m * 10^(e - digits + 1) (m of `digits` digits): positional for a moderate
+    e, else with its exponent; "~" in front of a rounded value, which keeps all its digits."""
+    mark = ("" if exact else "~") + ("-" if negative else "")
     if POSITIONAL[0] <= e < POSITIONAL[1]:  # ~19,605,347.6431: the same digits, placed
         places = digits - 1 - e
         if places <= 0:
             return mark + f"{m * 10**-places:,}"
         whole, frac = divmod(m, 10**places)
         frac_text = f"{frac:0{places}d}"
-        return mark + f"{whole:,}." + (frac_text.rstrip("0") if r == 0 else frac_text)
-    ds = str(m).rstrip("0") if r == 0 else str(m)  # a rounded value keeps all its digits
+        return mark + f"{whole:,}." + (frac_text.rstrip("0") if exact else frac_text)
+    ds = str(m).rstrip("0") if exact else str(m)
     mantissa = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
     return mark + f"{mantissa}e{e}"
 
@@ -146,3 +152,26 @@ def text(q: Fraction | int) -> str:
         if significant <= MAX_FULL_DIGITS:
             return _full(q, places)
     return scientific(q)
+
+
+def sqrt_text(q: Fraction, digits: int = 6) -> str:
+    """sqrt(q) for q >= 0 in `text`'s notation: exact when it is a finite decimal of at
+    most `digits` significant digits (sqrt(1/10000) = 0.01), else correctly rounded to
+    `digits` significant digits (half up; a tie needs sqrt(q) rational) and marked "~".
+    In integers (math.isqrt), so the init scale 0.02/sqrt(2L) is right to its last digit."""
+    if q < 0:
+        raise ValueError("sqrt_text needs q >= 0")
+    if q == 0:
+        return "0"
+    n, d = q.numerator, q.denominator
+    e = _exponent(n, d) // 2  # floor(log10 sqrt(q))
+    k = e - digits + 1  # sqrt(q) / 10^k has `digits` digits before the point
+    num, den = _scaled(n, d, 2 * k)  # q / 10^(2k)
+    m = (math.isqrt(4 * num // den) + 1) // 2  # round(sqrt(q / 10^(2k))), half up
+    exact = m * m * den == num and m < 10**digits
+    if m == 10**digits:  # 9.999995 rounds up to the next power of ten
+        m //= 10
+        e += 1
+    if exact:
+        return text(Fraction(m) * Fraction(10) ** k)
+    return _write(m, e, digits, exact=False, negative=False)

@@ -173,7 +173,9 @@
         " " + DL.t("f.paths") + " · " + DL.t("f.total") + " = ", h("b", { id: "paths-total" }, X(r.residual_output_text)),
         " · " + DL.t("f.plain") + " = ", h("b", { class: "red", id: "paths-plain" }, X(r.plain_output_text))));
       const shown = rows.length > 12 ? rows.slice(0, 6).concat([["…", "", "", ""]], rows.slice(-5)) : rows;
-      out.append(table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown, "num exact-table"));
+      // long exact numbers scroll sideways on a narrow screen rather than being cut
+      out.append(h("div", { class: "table-wrap" },
+        table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown, "num exact-table")));
       out.append(h("p", { class: "note" }, DL.t("f.exact")));
       const jac = $("paths-jacobian");
       jac.textContent = "";
@@ -435,6 +437,12 @@
   };
 
   // ---- 8. the evolution table ---------------------------------------------------------------
+  const initStd = (r) => {
+    const v = r.residual_init_std_text;
+    if (v == null) return fmt(r.residual_init_std);
+    if (!r.residual_init_rule) return DL.exact(v);
+    return r.residual_init_rule + (v.startsWith("~") ? " ≈ " + DL.exact(v.slice(1)) : " = " + DL.exact(v));
+  };
   DL.figures.evolution = function (source, showError) {
     let rows = null;
     function draw() {
@@ -446,11 +454,12 @@
         line("FFN", (r) => r.ffn + ", " + int(r.d_model) + " → " + int(r.d_ff) + " (" + fmt(r.ffn_multiple) + "d)"),
         line(DL.t("e.ffnshare"), (r) => fmt(100 * r.ffn_share) + "%"),
         line(DL.t("e.writes"), (r) => r.n_layers + " × 2 = " + r.n_writes),
-        line(DL.t("e.initstd"), (r) => fmt(r.residual_init_std)),
+        // the server's digits: "0.02/√24 ≈ 0.00408248", or the plain std
+        line(DL.t("e.initstd"), (r) => initStd(r)),
         line(DL.t("e.norm"), (r) => normName(r) + ", " + r.placement),
         line(DL.t("e.gating"), (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") + (r.attn_gate ? " + " + DL.t("e.gate") : "")),
         line("q_proj", (r) => int(r.q_proj_in) + " → " + int(r.q_proj_width) + (r.attn_gate ? " = 2 × " + int(r.q_proj_width / 2) : "")),
-        line(DL.t("e.params"), (r) => fmt(r.total_params)),
+        line(DL.t("e.params"), (r) => int(r.total_params)), // a count in full, never rounded
       ];
       const box = $("evolution-table");
       box.textContent = "";
