@@ -106,10 +106,10 @@
 
   // Ticks of a log axis from its exponent range: whole decades, every `step` of them so that
   // at most 6 are labelled; within two decades also the 2s and 5s.
+  const logStep = (span) => [1, 2, 5, 10, 20, 50, 100].find((s) => span / s <= 6) || 100;
   function logSplits(lo, hi) {
     const span = hi - lo;
-    const steps = [1, 2, 5, 10, 20, 50, 100];
-    const step = steps.find((s) => span / s <= 6) || 100;
+    const step = logStep(span);
     const out = [];
     for (let k = Math.ceil(lo / step) * step; k <= hi + 1e-9; k += step) out.push(k);
     if (span <= 2) {
@@ -277,7 +277,18 @@
           })
         );
         const scales = { x: { time: false }, y: {} };
-        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
+        if (spec.yLog && bars) { // bars stand on the floor: put it on a labelled tick
+          scales.y.range = (u) => {
+            const [lo, hi] = logRange(u.data.slice(1).concat(bandValues()));
+            let floor = lo;
+            for (let i = 0; i < 4; i++) { // a lower floor can widen the step: settle both
+              const step = logStep(hi - floor);
+              if (floor % step === 0) break;
+              floor = Math.floor(floor / step) * step;
+            }
+            return [floor, Math.max(hi, floor + 1)];
+          };
+        } else if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
         else if (spec.yRange) scales.y.range = spec.yRange;
         // bars stand on zero: a linear bar chart's range always includes it (a bar of a
         // near-equal or signed value is then its true length from the baseline)
