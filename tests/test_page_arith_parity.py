@@ -115,7 +115,7 @@ def test_the_live_page_shows_the_servers_exact_text(empty_live, browser):
         want = compute.paths(PathsRequest(n=n, a=float(a)))
         page.wait_for_function("([n, a]) => { const el = document.getElementById('paths-expansion'); "
                                "return el.dataset.n === n && el.dataset.a === a; }",
-                               arg=[str(n), want["scale_text"]], timeout=15000)
+                               arg=[str(n), want["scale_text"]], timeout=60000)  # the server warms up first
         shown = {k: page.inner_text(f"#{k}") for k in ("paths-count", "paths-total", "paths-plain", "paths-jac",
                                                          "paths-jac-plain")}
         assert from_display(shown["paths-count"]) == want["n_paths_text"] == f"{2**n:,}"

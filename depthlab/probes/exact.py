@@ -88,10 +88,10 @@ def residual_paths(depth: int = 2, scale: str | float | Fraction = "0.5",
     # Over the common denominator q^N x0.den, term k is the integer C(N,k) p^k q^(N-k) x0.num
     # (a = p/q): the sum is one integer sum, whatever the signs, and one division.
     p, q, n = a.numerator, a.denominator, depth
-    scale_k = [x * Fraction(p**k, q**k) for k in range(n + 1)]  # a^k x0
+    scale_k = [a**k * x for k in range(n + 1)]  # a^k x0 (a Fraction's power needs no gcd)
     numerators = [math.comb(n, k) * p**k * q ** (n - k) * x.numerator for k in range(n + 1)]
     denominator = q**n * x.denominator
-    groups = tuple(PathGroup(k, math.comb(n, k), scale_k[k], Fraction(numerators[k], denominator))
+    groups = tuple(PathGroup(k, math.comb(n, k), scale_k[k], math.comb(n, k) * scale_k[k])
                    for k in range(n + 1))
     paths: tuple = ()
     if 2**n <= MAX_LISTED_PATHS:

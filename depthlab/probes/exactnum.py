@@ -17,6 +17,7 @@ import math
 import re
 from decimal import Decimal
 from fractions import Fraction
+from functools import lru_cache
 
 from depthlab.errors import UserError
 
@@ -85,9 +86,20 @@ def _full(q: Fraction, places: int) -> str:
     return f"{sign}{whole:,}" + (f".{frac:0{places}d}".rstrip("0") if places else "")
 
 
+@lru_cache(maxsize=512)
+def _pow10_cached(k: int) -> int:
+    return 10**k
+
+
+def _pow10(k: int) -> int:
+    """10^k for k >= 0 from two cached powers (a value's exponent search asks for many
+    nearby k, each a big integer when a is tiny: 1e-300^64 has 19,200 digits)."""
+    return _pow10_cached(k - k % 256) * _pow10_cached(k % 256)
+
+
 def _scaled(n: int, d: int, k: int) -> tuple[int, int]:
     """(n / d) / 10^k as a numerator and denominator, in integers."""
-    return (n, d * 10**k) if k >= 0 else (n * 10**-k, d)
+    return (n, d * _pow10(k)) if k >= 0 else (n * _pow10(-k), d)
 
 
 def _exponent(n: int, d: int) -> int:
