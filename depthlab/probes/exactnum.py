@@ -6,9 +6,11 @@ gave -2.49e12 for (1 + a)^N = 1), and a count rounded to three digits is not a c
 the arithmetic runs on Python integers and `fractions.Fraction`, and `text` writes the
 result: an integer in full with thousands separators ("1,024": one convention for the
 CLI and the page in both languages), a short finite decimal in full, anything longer as
-the exact value correctly rounded to 12 significant digits with its exponent, marked "~"
-when the digits shown are not the whole value ("~1.23456789012e-40"). Floats are made
-from the exact value only at the end (`to_float`), for JSON and log charts.
+the exact value correctly rounded to 12 significant digits (placed between 1e-4 and 1e12,
+else with its exponent), marked "~" when the digits shown are not the whole value
+("~0.00117901845777", "~1.23456789012e-40"); `sqrt_text` does the same for a square root
+(the init scale 0.02/sqrt(2L)). Floats are made from the exact value only at the end
+(`to_float`), for JSON and log charts. The page only changes the notation (DL.exact).
 """
 
 from __future__ import annotations

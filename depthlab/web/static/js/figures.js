@@ -212,7 +212,8 @@
       const k = r.measured_rms.length - 1;
       chart.update(r.measured_rms.map((_, i) => i), [r.measured_rms, r.expected]);
       $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + ": " + DL.t("g.measured") + " " +
-        fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]);
+        fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]) + " · " +
+        DL.t("g.over", { s: int(r.request.samples), w: r.request.width, seed: r.request.seed }); // what "measured" averages
       $("reading-growth").textContent = DL.t("read.growth", { k, m: fmt(r.measured_rms[k]), e: fmt(r.expected[k]) });
     }
     source.growth({ writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
