@@ -154,13 +154,14 @@
     // Every number here is the server's exact text (depthlab.probes.exactnum): counts in
     // full, values exact or correctly rounded with "≈"; DL.exact only changes the notation.
     const X = (v) => DL.exact(v);
+    const is = (t) => (t && t.startsWith("~") ? " " : " = "); // "= ≈ 0.0012" reads as "≈ 0.0012"
     function draw(ex, r) {
       last = [ex, r];
       const names = { "": "f.skip", "1": "f.l1", "2": "f.l2", "1,2": "f.both" };
       const box = $("paths-example");
       box.textContent = "";
       box.append(h("div", { class: "paths-h" }, DL.t("f.example") + ": x₂ = (1 + " + X(ex.scale_text) + ")² = " +
-        ex.paths.map((p) => X(p.value_text)).join(" + ") + " = " + X(ex.residual_output_text)));
+        ex.paths.map((p) => X(p.value_text)).join(" + ") + is(ex.residual_output_text) + X(ex.residual_output_text)));
       box.append(h("div", { class: "path-cards" }, ex.paths.map((p) =>
         h("div", { class: "path-card" + (p.layers.length === 2 ? " plain" : "") },
           h("div", { class: "path-v" }, X(p.value_text)), h("div", {}, DL.t(names[p.layers.join(",")]))))));
@@ -170,8 +171,9 @@
       Object.assign(out.dataset, { n: r.depth, a: r.scale_text }); // what is shown (tests wait on it)
       out.append(h("p", { class: "kv" }, "N = " + r.depth + ", a = " + X(r.scale_text) + ": ",
         h("b", { id: "paths-count" }, X(r.n_paths_text)),
-        " " + DL.t("f.paths") + " · " + DL.t("f.total") + " = ", h("b", { id: "paths-total" }, X(r.residual_output_text)),
-        " · " + DL.t("f.plain") + " = ", h("b", { class: "red", id: "paths-plain" }, X(r.plain_output_text))));
+        " " + DL.t("f.paths") + " · " + DL.t("f.total") + is(r.residual_output_text),
+        h("b", { id: "paths-total" }, X(r.residual_output_text)),
+        " · " + DL.t("f.plain") + is(r.plain_output_text), h("b", { class: "red", id: "paths-plain" }, X(r.plain_output_text))));
       const shown = rows.length > 12 ? rows.slice(0, 6).concat([["…", "", "", ""]], rows.slice(-5)) : rows;
       // long exact numbers scroll sideways on a narrow screen rather than being cut
       out.append(h("div", { class: "table-wrap" },
@@ -179,7 +181,7 @@
       out.append(h("p", { class: "note" }, DL.t("f.exact")));
       const jac = $("paths-jacobian");
       jac.textContent = "";
-      jac.append(DL.t("f.jac") + "  N = " + r.depth + ": (" + X(r.jacobian_factor_text) + ")" + "^" + r.depth + " = ",
+      jac.append(DL.t("f.jac") + "  N = " + r.depth + ": (" + X(r.jacobian_factor_text) + ")" + "^" + r.depth + is(r.jacobian_text),
         h("b", { id: "paths-jac" }, X(r.jacobian_text)), " " + DL.t("f.vs") + " ",
         h("b", { id: "paths-jac-plain" }, X(r.plain_jacobian_text)), DL.t("f.end"));
     }
