@@ -109,7 +109,7 @@ def test_a_static_copy_answers_with_the_servers_texts(scratch):
 def test_the_live_page_shows_the_servers_exact_text(empty_live, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
     page.goto(empty_live + "#lang=en")
-    page.wait_for_function("() => window.DL && DL.ready", timeout=20000)
+    page.wait_for_function("() => window.DL && DL.ready", timeout=60000)  # a loaded machine
     for n, a, known in STATES:
         page.evaluate("([n, a]) => DL.state.set({pn: n, pa: +a})", [n, a])
         want = compute.paths(PathsRequest(n=n, a=float(a)))
