@@ -77,13 +77,13 @@ def rows() -> list[tuple[str, str, str, str]]:
     growth = statistics.mean(stream_growth(GrowthRequest(128, seed=s)).measured_rms[-1]
                              for s in SEEDS)
     n = compare_norms([3, 4])
-    p = residual_paths(2, 0.5)
+    p = residual_paths(2, "0.5").to_json()  # exact: each value as its text
     anchor, q14 = anatomy_of("lesson-anchor"), anatomy_of("qwen3-14b")
     out += [
         ("stream RMS after 128 unit writes", "256 x 64 samples, mean of 10 seeds",
          "sqrt(129) = 11.36", f"{growth:.3f}"),
         ("two-layer path expansion", "F(x) = 0.5 x, x0 = 1", "1 + 0.5 + 0.5 + 0.25 = 2.25",
-         " + ".join(f"{v:g}" for _, v in p.paths) + f" = {p.residual_output:g}"),
+         " + ".join(q["value_text"] for q in p["paths"]) + f" = {p['residual_output_text']}"),
         ("RMSNorm([3, 4])", "eps 1e-5", "RMS 3.536 -> [0.849, 1.131]",
          f"RMS {n.rms:.3f} -> [{n.rmsnorm[0]:.3f}, {n.rmsnorm[1]:.3f}]"),
         ("LayerNorm([3, 4])", "eps 1e-5", "about [-1, 1]",

@@ -1,37 +1,52 @@
-"""The static copy's exact arithmetic (DL.arith in static/js/api.js) against the server's
-(depthlab.web.compute, on depthlab.probes.exact): the same JSON on the same grid of N, a
-and vectors, the JavaScript run in Chromium. A typed vector or any real a cannot be
-precomputed, so the static page computes them itself, and this test keeps the two equal."""
+"""The page's arithmetic in Chromium. The exact figures (path counts, C(N, k), the terms
+and their sum (1 + a)^N) are the server's: the page shows the server's text, digit for
+digit, live and from a static copy's embedded grid, and computes none of them. The norms
+calculator of a static copy (a typed vector cannot be precomputed) is float64 arithmetic
+in api.js, kept equal to depthlab.probes.exact.compare_norms here."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import re
 from pathlib import Path
 
 import pytest
 from page_harness import BROWSER_MARKS
 
-from depthlab.web import compute
+from depthlab.web import compute, export
 from depthlab.web.schemas import NormsRequest, PathsRequest
 
 pytestmark = BROWSER_MARKS
 
-API_JS = Path(__file__).resolve().parent.parent / "depthlab" / "web" / "static" / "js" / "api.js"
-DEPTHS = (1, 2, 3, 4, 5, 7, 16, 33, 64)  # both ends of the bound, and the listed-paths edge (4, 5)
-SCALES = (-10.0, -2.5, -1.0, -0.5, 0.0, 0.3, 1.0, 1.7, 10.0)
+JS = Path(__file__).resolve().parent.parent / "depthlab" / "web" / "static" / "js"
+API_JS = JS / "api.js"
+SUP = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
+# (N, a) on the page: the issue's known answers, cancellation, a tiny and a long value
+STATES = [(64, "-2", "1"), (64, "-1", "0"), (10, "1", "1,024"), (2, "0.5", "2.25"),
+          (64, "-0.1", None), (33, "-1.7", None), (5, "0.3", None), (64, "10", None)]
+
+
+def from_display(s: str) -> str:
+    """The server's text back from what the page shows: "≈ 1.2 × 10⁻⁴⁰" is "~1.2e-40"."""
+    s = s.replace("≈ ", "~").replace("−", "-")
+    m = re.fullmatch(r"(~?-?)(?:([0-9.,]+) × )?10([⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)", s)
+    if m:
+        return f"{m.group(1)}{m.group(2) or '1'}e{m.group(3).translate(SUP)}"
+    return s
 
 
 def vectors() -> list[list[float]]:
     rng = random.Random(20261201)
-    return [[3.0, 4.0], [7.0], [2.0, 2.0, 2.0], [0.0, 0.0], [-1e6, 1e6, 3.5],
+    return [[3.0, 4.0], [7.0], [2.0, 2.0, 2.0], [0.0, 0.0], [-1e6, 1e6, 3.5], [0.003, 0.004],
             [200.0, 400.0, 600.0, 800.0], [rng.gauss(0, 1) for _ in range(64)],
             [rng.uniform(-1e3, 1e3) for _ in range(17)]]
 
 
 def same(js, py, where: str = "") -> list[str]:
-    """Where two JSON values differ: floats to 1e-12 relative; a count exactly as the page
-    reads it from the API's JSON (a float64: C(64, 32) has more digits than a double)."""
+    """Where two JSON values differ: floats to 1e-12 relative (1e-12 absolute for the
+    changes under scaling, differences of outputs near 1)."""
     if isinstance(py, dict):
         if set(js) != set(py):
             return [f"{where}: keys {sorted(set(js) ^ set(py))}"]
@@ -41,40 +56,116 @@ def same(js, py, where: str = "") -> list[str]:
             return [f"{where}: length {len(js)} != {len(py)}"]
         return [d for i, (a, b) in enumerate(zip(js, py, strict=True)) for d in same(a, b, f"{where}[{i}]")]
     if isinstance(py, float) or isinstance(js, float):
-        ok = math.isclose(js, py, rel_tol=1e-12, abs_tol=1e-300)
+        ok = js is not None and math.isclose(js, py, rel_tol=1e-12,
+                                             abs_tol=1e-12 if where.endswith("_change") else 1e-300)
         return [] if ok else [f"{where}: {js!r} != {py!r}"]
-    if isinstance(py, int) and not isinstance(py, bool):
-        return [] if float(js) == float(py) else [f"{where}: {js!r} != {py!r}"]
     return [] if js == py else [f"{where}: {js!r} != {py!r}"]
 
 
 @pytest.fixture(scope="module")
-def page(browser):
+def scratch(browser):
+    """api.js alone in a page, with a static copy's embedded paths grid."""
+    grid = export.paths_grid()
+    data = export._round({"paths": grid, "paths_grid": {"n": list(export.PATHS_GRID["n"]),
+                                                       "a": [float(a) for a in export.PATHS_GRID["a"]]}})
     page = browser.new_page()
-    page.set_content("<!doctype html><title>arith</title>")
+    blob = json.dumps(data).replace("</", "<\\/")
+    page.set_content(f'<!doctype html><title>arith</title><script type="application/json" '
+                     f'id="depthlab-data">{blob}</script>')
     page.add_script_tag(content=API_JS.read_text(encoding="utf-8"))
+    page.add_script_tag(content=(JS / "charts.js").read_text(encoding="utf-8"))  # DL.exact, DL.fmtApart
     yield page
     page.close()
 
 
-def test_paths_equal_on_the_grid(page):
-    grid = [(n, a) for n in DEPTHS for a in SCALES]
-    got = page.evaluate("(grid) => grid.map(([n, a]) => DL.arith.paths(n, a))", grid)
-    bad = [d for (n, a), js in zip(grid, got, strict=True)
-           for d in same(js, compute.paths(PathsRequest(n=n, a=a)), f"N={n}, a={a}")]
-    assert bad == [], bad[:10]
+@pytest.fixture(scope="module")
+def empty_live(tmp_path_factory):
+    from page_harness import serve
+
+    url, stop = serve(tmp_path_factory.mktemp("empty-runs"))
+    yield url
+    stop()
 
 
-def test_norms_equal_on_the_grid(page):
+def test_the_page_computes_no_exact_figure(scratch):
+    assert scratch.evaluate("() => typeof DL.arith.paths") == "undefined"
+    assert "Math.pow" not in API_JS.read_text() and "BigInt" not in API_JS.read_text()
+
+
+def test_a_static_copy_answers_with_the_servers_texts(scratch):
+    """Every (N, a) of the grid, looked up as the page looks it up (a typed value moves to
+    the nearest): the server's exact texts, unrounded by the export."""
+    texts = lambda j: {k: v for k, v in j.items() if k.endswith("_text")} | {
+        "groups": [{k: v for k, v in g.items() if k.endswith("_text")} for g in j["groups"]]}
+    for n in export.PATHS_GRID["n"]:
+        for a in export.PATHS_GRID["a"]:
+            nudged = [n + 0.4 if n > 1 else n, float(a) + 0.01]
+            got = scratch.evaluate("""async ([n, a]) => { const s = DL.makeSource();
+                const [sn, sa] = s.snapPaths(n, a); return [sn, sa, await s.paths({n: sn, a: sa})]; }""", nudged)
+            assert got[:2] == [n, float(a)]
+            assert texts(got[2]) == texts(compute.paths(PathsRequest(n=n, a=float(a)))), (n, a)
+
+
+def test_the_live_page_shows_the_servers_exact_text(empty_live, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
+    page.goto(empty_live + "#lang=en")
+    page.wait_for_function("() => window.DL && DL.ready", timeout=60000)  # a loaded machine
+    for n, a, known in STATES:
+        page.evaluate("([n, a]) => DL.state.set({pn: n, pa: +a})", [n, a])
+        want = compute.paths(PathsRequest(n=n, a=float(a)))
+        page.wait_for_function("([n, a]) => { const el = document.getElementById('paths-expansion'); "
+                               "return el.dataset.n === n && el.dataset.a === a; }",
+                               arg=[str(n), want["scale_text"]], timeout=60000)  # the server warms up first
+        shown = {k: page.inner_text(f"#{k}") for k in ("paths-count", "paths-total", "paths-plain", "paths-jac",
+                                                         "paths-jac-plain")}
+        assert from_display(shown["paths-count"]) == want["n_paths_text"] == f"{2**n:,}"
+        assert from_display(shown["paths-total"]) == want["residual_output_text"]
+        assert from_display(shown["paths-jac"]) == want["jacobian_text"]
+        assert from_display(shown["paths-plain"]) == want["plain_output_text"]
+        assert from_display(shown["paths-jac-plain"]) == want["plain_jacobian_text"]
+        if known:
+            assert shown["paths-total"] == known
+        rows = page.eval_on_selector_all("#paths-expansion tbody tr", "trs => trs.map(tr => "
+                                         "[...tr.children].map(td => td.textContent))")
+        by_k = {int(r[0]): r for r in rows if r[0] != "…"}
+        for g in want["groups"]:
+            if g["layers_passed"] in by_k:
+                _, count, each, total = by_k[g["layers_passed"]]
+                assert [from_display(c) for c in (count, each, total)] == [
+                    g["n_paths_text"], g["value_each_text"], g["total_text"]]
+    page.close()
+
+
+def test_norms_equal_on_the_vectors(scratch):
     xs = vectors()
     for eps in (1e-5, 1e-6):
-        got = page.evaluate("([xs, eps]) => xs.map((x) => DL.arith.norms(x, eps))", [xs, eps])
+        got = scratch.evaluate("([xs, eps]) => xs.map((x) => DL.arith.norms(x, eps))", [xs, eps])
         bad = [d for x, js in zip(xs, got, strict=True)
                for d in same(js, compute.norms(NormsRequest(x=tuple(x), eps=eps)), f"x={x[:3]}..")]
         assert bad == [], bad[:10]
 
 
-def test_the_comparison_catches_a_difference():
+def test_the_comparisons_catch_a_difference():
     assert same({"a": [1.0, 2.0]}, {"a": [1.0, 2.0 + 1e-9]}) == [".a[1]: 2.0 != 2.000000001"]
     assert same({"a": 1}, {"b": 1}) == [": keys ['a', 'b']"]
-    assert same([2**60 + 1], [2**60]) == [] and same([2**53 + 2], [2**53]) != []
+    assert from_display("≈ −1.25 × 10⁻⁴⁰") == "~-1.25e-40" and from_display("10⁻⁶⁴") == "1e-64"
+    assert from_display("1,024") == "1,024"
+
+
+def test_the_notation_changes_and_the_digits_stay(scratch):
+    """DL.exact rewrites the server's text for people and nothing else."""
+    cases = {"1,024": "1,024", "-2": "−2", "~1.17901845777e-3": "≈ 1.17901845777 × 10⁻³",
+             "1e-64": "10⁻⁶⁴", "~-3.5e66": "≈ −3.5 × 10⁶⁶", "~19,605,347.6431": "≈ 19,605,347.6431"}
+    got = scratch.evaluate("(xs) => xs.map((x) => DL.exact(x))", list(cases))
+    assert got == list(cases.values())
+    assert [from_display(g) for g in got] == list(cases)
+
+
+def test_values_that_round_alike_are_written_apart(scratch):
+    """The two stacks' cosines: near 1 as 1 − x, and different values never read the same."""
+    got = scratch.evaluate("(pairs) => pairs.map((p) => DL.fmtApart(p))",
+                           [[0.99999997, 1.0], [0.9999, 0.99995], [0.5121, 0.5124], [0.914, 1.0], [1.0, 1.0]])
+    assert got[0] == ["1 − 3.0 × 10⁻⁸", "1"]
+    assert got[1] == ["1 − 1.0 × 10⁻⁴", "1 − 5.0 × 10⁻⁵"]
+    assert got[2] == ["0.5121", "0.5124"]
+    assert got[3] == ["0.914", "1"] and got[4] == ["1", "1"]

@@ -145,6 +145,13 @@ def test_static_export_from_file(tmp_path, browser, runs):
     page.fill("#vec", "2, 4, 6, 8")  # the norms calculator runs without a server
     page.wait_for_function("() => document.getElementById('norm-rms') && "
                            "document.getElementById('norm-rms').textContent === '5.477'")
+    # the formula's exact arithmetic is embedded on a grid: N 60, a -1.9 move to 64, -2
+    page.evaluate("() => DL.state.set({pn: 60, pa: -1.9})")
+    page.wait_for_function("() => { const el = document.getElementById('paths-expansion'); "
+                           "return el.dataset.n === '64' && el.dataset.a === '-2'; }")
+    assert page.inner_text("#paths-total") == "1"  # (1 + a)^N, exactly
+    assert page.inner_text("#paths-count") == "18,446,744,073,709,551,616"
+    assert "N ∈ {1, 2, 3, 4, 5, 8, 10, 16, 32, 64}" in page.inner_text("#paths-static")
     page.wait_for_selector("#exp-residual canvas")
     assert watch.errors == [] and page.evaluate("() => DL.errors") == []
     assert all(u.startswith("file://") for u in watch.urls), watch.urls

@@ -105,3 +105,15 @@ def test_real_block_without_residual_loses_more_gradient():
     assert plain.stream_rms[-1] < 1e-3 * plain.stream_rms[0]
     dead = real_probe(RealRequest(_small(residual="none", n_layers=12), tokens=8))
     json.dumps(dead.to_json(), allow_nan=False)  # 0/0 becomes null, not NaN
+
+
+def test_scaling_changes_the_outputs_only_through_eps():
+    """[3, 4] / 1000: LayerNorm gives +-0.0005 / sqrt(2.5e-7 + 1e-5), no longer +-1."""
+    n = compare_norms([3, 4])
+    small = {s.factor: s for s in n.scaled}[0.001]
+    ln_small = 0.0005 / math.sqrt(2.5e-7 + 1e-5)
+    assert small.layernorm_change == pytest.approx(1 / math.sqrt(0.25 + 1e-5) * 0.5 - ln_small, rel=1e-9)
+    up, down = compare_norms([200, 400, 600, 800]).scaled  # x 1000: nothing in 4 decimals
+    assert up.layernorm_change < 5e-5 and up.rmsnorm_change < 5e-5
+    assert 1e-4 < down.layernorm_change < 2e-4  # x / 1000: variance 0.05, eps shows at 1e-4
+    assert json.loads(json.dumps(n.to_json()))["scaled"][1]["factor"] == 0.001

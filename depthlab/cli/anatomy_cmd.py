@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from depthlab.errors import UserError
     from depthlab.probes import anatomy_of, anatomy_of_preset, evolution_table, shipped_configs
+    from depthlab.probes.exact import init_scale_text
 
     if args.list:
         names = shipped_configs()
@@ -83,9 +84,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  per layer: attention {per['attention']:,}, ffn {per['ffn']:,}, norm {per['norm']:,}"
           f" = {per['total']:,}")
     gate = " (2 x: query | sigmoid gate)" if m.attn_gate else ""
+    _, depth_scaled = init_scale_text(a.init_std, a.n_writes)  # exact digits, "~" if rounded
     print(f"\nFFN share {100 * a.ffn_share:.1f}%; q_proj {m.d_model} -> {a.q_proj_width}{gate}; "
           f"{a.n_writes} residual writes; init std {a.init_std:g}, "
-          f"0.02/sqrt(2L) = {a.residual_init_std:.5f}")
+          f"{a.init_std:g}/sqrt(2L) = {a.init_std:g}/sqrt({a.n_writes}) = {depth_scaled}")
     if a.layer_kinds:
         print("trunk: " + ", ".join(f"{n} {kind} layers" for kind, n in a.layer_kinds)
               + f" (per linear-attention layer {per['linear_attention']:,})")

@@ -59,8 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pa = psub.add_parser("paths", help="residual expansion: prod (1 + a) as a sum over paths",
                          description="Example: depthlab probe paths --depth 2 --scale 0.5")
     pa.add_argument("--depth", type=int, default=2, help="layers N (1..64)")
-    pa.add_argument("--scale", type=float, default=0.5, help="a in F(x) = a x")
-    pa.add_argument("--x0", type=float, default=1.0, help="the input")
+    pa.add_argument("--scale", default="0.5",
+                    help="a in F(x) = a x, a decimal read exactly (-0.1 is -1/10)")
+    pa.add_argument("--x0", default="1", help="the input, a decimal read exactly")
     pa.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pa.set_defaults(handler=paths)
 
@@ -271,25 +272,29 @@ def paths(args: argparse.Namespace) -> int:
     if args.json:
         print_json(p.to_json())
         return 0
-    a = p.scale
-    lines = [f"x_{p.depth} = (1 + {a:g})^{p.depth} x0 with F(x) = {a:g} x, x0 = {p.x0:g}"]
+    j = p.to_json()
+    a = j["scale_text"]
+    lines = [f"x_{p.depth} = (1 + {a})^{p.depth} x0 with F(x) = {a} x, x0 = {j['x0_text']}; "
+             f"{j['n_paths_text']} paths. Exact: integers in full, '~' marks a value rounded "
+             "to 12 significant digits"]
     if p.paths:
-        lines.append(f"  = {' + '.join(f'{v:g}' for _, v in p.paths)} = {p.residual_output:g}")
+        lines.append(f"  = {' + '.join(q['value_text'] for q in j['paths'])} = "
+                     f"{j['residual_output_text']}")
         lines += table(["through layers", "value"],
-                       [(", ".join(map(str, layers)) or "none (skips all)", f"{v:g}")
-                        for layers, v in p.paths], left={0}, indent="    ")
+                       [(", ".join(map(str, q["layers"])) or "none (skips all)", q["value_text"])
+                        for q in j["paths"]], left={0}, indent="    ")
         lines += legend(("through layers", "the sublayers a path goes through"),
                         ("value", "what it carries, a^k x0"), indent="    ")
-    lines += table(["k", "paths C(N,k)", "a^k", "sum"],
-                   [(g.layers_passed, g.n_paths, f"{g.value_each:.4g}", f"{g.total:.4g}")
-                    for g in p.groups])
+    lines += table(["k", "paths C(N,k)", "a^k x0", "sum"],
+                   [(g["layers_passed"], g["n_paths_text"], g["value_each_text"], g["total_text"])
+                    for g in j["groups"]])
     lines += legend(("k", "layers a path goes through (the others it skips)"),
-                    ("paths C(N,k)", "how many paths do"), ("a^k", "what one of them carries"),
+                    ("paths C(N,k)", "how many paths do"), ("a^k x0", "what one of them carries"),
                     ("sum", "C(N,k) a^k x0, their total"))
-    lines += [f"residual stack: {p.residual_output:.6g}; plain stack keeps only k = N: "
-              f"{p.plain_output:.6g}",
-              f"Jacobian: prod (1 + dF/dx) = {p.jacobian:.6g}; plain: prod dF/dx = "
-              f"{p.plain_jacobian:.6g}"]
+    lines += [f"residual stack: the sum = {j['residual_output_text']}; plain stack keeps only "
+              f"k = N: {j['plain_output_text']}",
+              f"Jacobian: prod (1 + dF/dx) = ({j['jacobian_factor_text']})^{p.depth} = "
+              f"{j['jacobian_text']}; plain: prod dF/dx = {j['plain_jacobian_text']}"]
     print_lines(lines)
     return 0
 
@@ -313,4 +318,9 @@ def norms(args: argparse.Namespace) -> int:
     print(f"LayerNorm: mean {n.mean:.4f}, x - mean {vec(n.centred)}, variance {n.variance:.4f}"
           f" -> {vec(n.layernorm)}")
     print(f"RMSNorm:   mean of squares {n.mean_square:.4f}, RMS {n.rms:.4f} -> {vec(n.rmsnorm)}")
+    change = lambda v: "-" if v is None else f"{v:.2g}"
+    print("scaled: " + "; ".join(f"x * {s.factor:g} changes LayerNorm by up to "
+                                 f"{change(s.layernorm_change)}, RMSNorm by up to "
+                                 f"{change(s.rmsnorm_change)}" for s in n.scaled)
+          + f" (eps {n.eps:g} is added to the variance and the mean of squares)")
     return 0

@@ -238,6 +238,19 @@ EVOLUTION = (
 )
 
 
+def _init_texts(m: ModelConfig, a: Anatomy) -> dict[str, str]:
+    """The evolution row's init std in exact digits: the rule 0.02/sqrt(2L) and its value
+    ("0.02/√8", "~0.00707107"), or the plain std without a depth rule (rule "")."""
+    from depthlab.probes.exact import init_scale_text
+    from depthlab.probes.exactnum import parse_decimal
+    from depthlab.probes.exactnum import text as exact_text
+
+    if m.scaled_init and a.residual_init_std != m.init_std:
+        rule, value = init_scale_text(m.init_std, a.n_writes)
+        return {"residual_init_rule": rule, "residual_init_std_text": value}
+    return {"residual_init_rule": "", "residual_init_std_text": exact_text(parse_decimal(m.init_std))}
+
+
 def evolution_table() -> list[dict[str, Any]]:
     """One row per model: FFN kind and width, FFN share, q_proj width, norm, writes, init."""
     rows = []
@@ -259,5 +272,6 @@ def evolution_table() -> list[dict[str, Any]]:
             "norm": m.norm, "placement": m.placement, "qk_norm": m.qk_norm,
             "n_layers": m.n_layers, "n_writes": a.n_writes, "total_params": a.total_params,
             "residual_init_std": a.residual_init_std if m.scaled_init else m.init_std,
+            **_init_texts(m, a),
         })
     return rows

@@ -1,20 +1,26 @@
 """Exact small arithmetic of the lesson: no randomness, closed forms beside the code.
 
-The residual expansion (every product of (1 + a) is a sum over gradient paths), the two
-norms on a small vector with every intermediate, and the depth-scaled init of the output
-projections. Plain float64 arithmetic, no torch, so `depthlab probe norms 3 4` answers at
-once; tests/test_cli_startup.py checks the norms against the model's own classes.
+The residual expansion (every product of (1 + a) is a sum over gradient paths), in
+integers and fractions (depthlab.probes.exactnum): a is read from its decimal text, so
+-0.1 is -1/10, and the sum of C(N, k) a^k is exactly (1 + a)^N for every a, negative
+ones included, where a float sum cancels catastrophically. Every exact figure goes to
+JSON twice: its text (`*_text`, the digits the page and the CLI show) and its float.
+The two norms on a small vector with every intermediate are float64 arithmetic (square
+roots), with the outputs of the vector scaled by 1000 and by 1/1000 beside them, since
+eps makes scaling matter for small vectors. No torch, so `depthlab probe norms 3 4`
+answers at once; tests/test_cli_startup.py checks the norms against the model's classes.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import combinations
 
 from depthlab.config import ModelConfig
 from depthlab.errors import UserError
-from depthlab.probes.jsonsafe import json_list, json_number
+from depthlab.probes.exactnum import parse_decimal, sqrt_text, text, to_float
 
 MAX_PATH_DEPTH = 64
 MAX_LISTED_PATHS = 16  # paths are listed one by one up to N = 4 (2^4 = 16)
@@ -24,8 +30,14 @@ MAX_LISTED_PATHS = 16  # paths are listed one by one up to N = 4 (2^4 = 16)
 class PathGroup:
     layers_passed: int  # k: how many sublayers the path goes through
     n_paths: int  # C(N, k)
-    value_each: float  # a^k
-    total: float  # C(N, k) a^k
+    value_each: Fraction  # a^k x0
+    total: Fraction  # C(N, k) a^k x0
+
+    def to_json(self) -> dict:
+        return {"layers_passed": self.layers_passed,
+                "n_paths": self.n_paths, "n_paths_text": text(self.n_paths),
+                "value_each": to_float(self.value_each), "value_each_text": text(self.value_each),
+                "total": to_float(self.total), "total_text": text(self.total)}
 
 
 @dataclass(frozen=True)
@@ -33,57 +45,68 @@ class PathExpansion:
     """x_N = (1 + a)^N x_0 for F(x) = a x, expanded into 2^N paths grouped by k."""
 
     depth: int
-    scale: float
-    x0: float
+    scale: Fraction
+    x0: Fraction
     groups: tuple[PathGroup, ...]  # k = 0 (skip everything) ... k = N (the plain stack)
-    paths: tuple[tuple[tuple[int, ...], float], ...]  # (layers passed, value), small N only
-    residual_output: float  # (1 + a)^N x0 = sum of all terms
-    plain_output: float  # a^N x0: the only path a plain stack keeps
-    jacobian_factors: tuple[float, ...]  # dx_l/dx_{l-1} = 1 + a, per layer (I + dF/dx)
-    jacobian: float  # the product: dx_N/dx_0
-    plain_jacobian: float  # a^N
+    paths: tuple[tuple[tuple[int, ...], Fraction], ...]  # (layers passed, value), small N only
+    n_paths: int  # 2^N: one path per subset of the layers
+    residual_output: Fraction  # the sum of all terms, (1 + a)^N x0
+    plain_output: Fraction  # a^N x0: the only path a plain stack keeps
+    jacobian_factor: Fraction  # dx_l/dx_{l-1} = 1 + a, the same for every layer (I + dF/dx)
+    jacobian: Fraction  # the product: dx_N/dx_0 = (1 + a)^N
+    plain_jacobian: Fraction  # a^N
+
+    @property
+    def jacobian_factors(self) -> tuple[Fraction, ...]:
+        return (self.jacobian_factor,) * self.depth
 
     def to_json(self) -> dict:
-        return {
-            "kind": "paths", "depth": self.depth, "scale": self.scale, "x0": self.x0,
-            "groups": [vars(g) | {"value_each": json_number(g.value_each),
-                                  "total": json_number(g.total)} for g in self.groups],
-            "paths": [{"layers": list(p), "value": json_number(v)} for p, v in self.paths],
-            "residual_output": json_number(self.residual_output),
-            "plain_output": json_number(self.plain_output),
-            "jacobian_factors": json_list(self.jacobian_factors),
-            "jacobian": json_number(self.jacobian),
-            "plain_jacobian": json_number(self.plain_jacobian),
-        }
+        out: dict = {"kind": "paths", "depth": self.depth,
+                     "groups": [g.to_json() for g in self.groups],
+                     "paths": [{"layers": list(p), "value": to_float(v), "value_text": text(v)}
+                               for p, v in self.paths],
+                     "n_paths": self.n_paths, "n_paths_text": text(self.n_paths)}
+        for name in ("scale", "x0", "residual_output", "plain_output", "jacobian_factor",
+                     "jacobian", "plain_jacobian"):
+            q = getattr(self, name)
+            out[name] = to_float(q)
+            out[name + "_text"] = text(q)
+        out["jacobian_factors"] = [out["jacobian_factor"]] * self.depth
+        return out
 
 
-def residual_paths(depth: int = 2, scale: float = 0.5, x0: float = 1.0) -> PathExpansion:
+def residual_paths(depth: int = 2, scale: str | float | Fraction = "0.5",
+                   x0: str | float | Fraction = 1) -> PathExpansion:
     """Expand prod_l (1 + a) x0 for N layers of F(x) = a x (the lesson: N = 2, a = 0.5 gives
     1 + 0.5 + 0.5 + 0.25 = 2.25; a plain stack keeps only 0.25). Veit et al. 2016 read
-    a residual network as this ensemble of paths."""
-    if not isinstance(depth, int) or not 1 <= depth <= MAX_PATH_DEPTH:
+    a residual network as this ensemble of paths. Exact: a and x0 are read as the
+    decimals they are written as (a float by its shortest repr)."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_PATH_DEPTH:
         raise UserError(f"depth must be an integer between 1 and {MAX_PATH_DEPTH}, got {depth!r}")
-    for name, value in (("scale", scale), ("x0", x0)):
-        if not math.isfinite(value):
-            raise UserError(f"{name} must be a finite number, got {value!r}")
-    groups = tuple(
-        PathGroup(k, math.comb(depth, k), scale**k, math.comb(depth, k) * scale**k * x0)
-        for k in range(depth + 1)
-    )
+    a = parse_decimal(scale, "scale")
+    x = parse_decimal(x0, "x0")
+    # Over the common denominator q^N x0.den, term k is the integer C(N,k) p^k q^(N-k) x0.num
+    # (a = p/q): the sum is one integer sum, whatever the signs, and one division.
+    p, q, n = a.numerator, a.denominator, depth
+    scale_k = [a**k * x for k in range(n + 1)]  # a^k x0 (a Fraction's power needs no gcd)
+    numerators = [math.comb(n, k) * p**k * q ** (n - k) * x.numerator for k in range(n + 1)]
+    denominator = q**n * x.denominator
+    groups = tuple(PathGroup(k, math.comb(n, k), scale_k[k], math.comb(n, k) * scale_k[k])
+                   for k in range(n + 1))
     paths: tuple = ()
-    if 2**depth <= MAX_LISTED_PATHS:
-        paths = tuple((layers, scale ** len(layers) * x0)
-                      for k in range(depth + 1)
-                      for layers in combinations(range(1, depth + 1), k))
+    if 2**n <= MAX_LISTED_PATHS:
+        paths = tuple((layers, scale_k[len(layers)])
+                      for k in range(n + 1)
+                      for layers in combinations(range(1, n + 1), k))
     return PathExpansion(
-        depth, scale, x0, groups, paths,
-        residual_output=math.fsum(g.total for g in groups),
-        plain_output=scale**depth * x0,
-        jacobian_factors=tuple(1.0 + scale for _ in range(depth)),
-        jacobian=(1.0 + scale) ** depth,
-        plain_jacobian=scale**depth,
+        n, a, x, groups, paths,
+        n_paths=sum(g.n_paths for g in groups),
+        residual_output=Fraction(sum(numerators), denominator),
+        plain_output=scale_k[n],
+        jacobian_factor=1 + a,
+        jacobian=Fraction((p + q) ** n, q**n),  # the chain rule's product (1 + a)^N
+        plain_jacobian=Fraction(p**n, q**n),
     )
-
 
 @dataclass(frozen=True)
 class NormComparison:
@@ -98,11 +121,41 @@ class NormComparison:
     centred: tuple[float, ...]  # x - mean
     layernorm: tuple[float, ...]
     rmsnorm: tuple[float, ...]
+    # Scale invariance, measured: per factor c, the largest change of each output when x
+    # becomes c x. Zero but for eps, which stops mattering only once the variance (or
+    # the mean square) is far above it: [3, 4] / 1000 changes LayerNorm's output by 0.84.
+    scaled: tuple[ScaledNorms, ...] = ()
 
     def to_json(self) -> dict:
-        out = {"kind": "norms"}
+        out: dict = {"kind": "norms"}
         out.update({k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()})
+        out["scaled"] = [vars(s) for s in self.scaled]
         return out
+
+
+@dataclass(frozen=True)
+class ScaledNorms:
+    factor: float
+    layernorm_change: float | None  # max |LN(c x) - LN(x)|; None when c x leaves the floats
+    rmsnorm_change: float | None
+
+
+SCALE_FACTORS = (1000.0, 0.001)
+
+
+def _normed(values: tuple[float, ...], eps: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    n = len(values)
+    mean = math.fsum(values) / n
+    centred = tuple(v - mean for v in values)
+    variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
+    mean_square = math.fsum(v * v for v in values) / n
+    return (tuple(c / math.sqrt(variance + eps) for c in centred),
+            tuple(v / math.sqrt(mean_square + eps) for v in values))
+
+
+def _change(a: tuple[float, ...], b: tuple[float, ...]) -> float | None:
+    d = max(abs(u - v) for u, v in zip(a, b, strict=True))
+    return d if math.isfinite(d) else None
 
 
 def compare_norms(x: list[float] | tuple[float, ...], eps: float = 1e-5) -> NormComparison:
@@ -117,11 +170,19 @@ def compare_norms(x: list[float] | tuple[float, ...], eps: float = 1e-5) -> Norm
     centred = tuple(v - mean for v in values)
     variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
     mean_square = math.fsum(v * v for v in values) / n
+    layernorm, rmsnorm = _normed(values, eps)
+    scaled = []
+    for c in SCALE_FACTORS:
+        big = tuple(c * v for v in values)
+        if all(math.isfinite(v) for v in big) and math.isfinite(math.fsum(v * v for v in big)):
+            ln, rn = _normed(big, eps)
+            scaled.append(ScaledNorms(c, _change(ln, layernorm), _change(rn, rmsnorm)))
+        else:
+            scaled.append(ScaledNorms(c, None, None))
     return NormComparison(
         x=values, eps=eps, mean=mean, variance=variance, mean_square=mean_square,
-        rms=math.sqrt(mean_square), centred=centred,
-        layernorm=tuple(c / math.sqrt(variance + eps) for c in centred),
-        rmsnorm=tuple(v / math.sqrt(mean_square + eps) for v in values),
+        rms=math.sqrt(mean_square), centred=centred, layernorm=layernorm, rmsnorm=rmsnorm,
+        scaled=tuple(scaled),
     )
 
 
@@ -131,3 +192,13 @@ def residual_init_std(n_layers: int, base: float = 0.02) -> float:
     if not isinstance(n_layers, int) or n_layers < 1:
         raise UserError(f"n_layers must be an integer >= 1, got {n_layers!r}")
     return ModelConfig(n_layers=n_layers, init_std=base).out_proj_std
+
+
+def init_scale_text(init_std: float, n_writes: int) -> tuple[str, str]:
+    """The depth-scaled init std init_std / sqrt(n_writes) as (rule, value): the rule as
+    written ("0.02/√8") and the value from integers, exact or correctly rounded to 6
+    significant digits ("~0.00707107"; 0.02/√4 is exactly "0.01")."""
+    if not isinstance(n_writes, int) or n_writes < 1:
+        raise UserError(f"n_writes must be an integer >= 1, got {n_writes!r}")
+    std = parse_decimal(init_std, "init_std")
+    return f"{text(std)}/√{n_writes}", sqrt_text(std * std / n_writes)

@@ -86,7 +86,7 @@ def paths(req: PathsRequest) -> dict:
     """x_N = (1 + a)^N x_0 expanded into 2^N gradient paths, grouped by sublayers passed."""
     from depthlab.probes import residual_paths
 
-    return residual_paths(req.n, req.a).to_json()  # non-finite values come back as null
+    return residual_paths(req.n, req.a).to_json()  # exact texts; a float past its range is null
 
 
 @_cached(maxsize=64)

@@ -4,9 +4,10 @@ The page's own scripts and styles are inlined, and its data are embedded as JSON
 the simulator precomputed on a grid of slider positions (GRIDS), the sweeps over g,
 the anatomy, evolution table, growth, block diagrams and every experiment's
 export.json, and the real-model probes of the shipped prompts on one run
-(depthlab.web.realmodel.static_results). The same JavaScript reads that data instead of calling the API
+(depthlab.web.realmodel.static_results), and the formula's exact arithmetic on a grid of N
+and a (PATHS_GRID). The same JavaScript reads that data instead of calling the API
 (static/js/api.js, `embedded`), with both languages' text tables (depthlab.locales).
-Values are rounded to 4 significant digits.
+Floats are rounded to 4 significant digits; exact values travel as the server's text.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from depthlab.web.schemas import (
     AnatomyRequest,
     CompositeRequest,
     GrowthRequest,
+    PathsRequest,
     SimulateRequest,
     SweepRequest,
 )
@@ -44,6 +46,11 @@ GRIDS = {
     "small": {"n": (2, 8, 32, 64), "g": (0.5, 1.0, 1.5, 2.0), "g_step": 0.5},
 }
 ANATOMY = ("course", "lesson-anchor")
+# The formula's (N, a) a static copy holds, exact like the API's (the page moves its inputs
+# to the nearest). a is written as JavaScript writes the number (String(-0.5) = "-0.5"),
+# since the page looks an answer up by that key. About 0.5 MB.
+PATHS_GRID = {"n": (1, 2, 3, 4, 5, 8, 10, 16, 32, 64),
+              "a": ("-10", "-2", "-1.5", "-1", "-0.5", "-0.1", "0", "0.1", "0.5", "1", "2", "10")}
 
 
 def switches() -> list[dict]:
@@ -88,6 +95,12 @@ def simulator_grid(grid: dict, progress: bool = False) -> dict:
     return {"naive": naive, "improved": improved, "sweep": sweeps}
 
 
+def paths_grid() -> dict:
+    """/api/paths's answers on PATHS_GRID, keyed "N|a"."""
+    return {f"{n}|{a}": compute.paths(PathsRequest(n=n, a=float(a)))
+            for n in PATHS_GRID["n"] for a in PATHS_GRID["a"]}
+
+
 def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) -> dict:
     from depthlab import __version__
     from depthlab.config import PLACEMENTS
@@ -100,6 +113,9 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
             "grid": {"n": list(g["n"]), "g": list(g["g"])},
             "locales": {lang: table(lang) for lang in LANGS}}
     data.update(simulator_grid(g, progress))
+    data["paths"] = paths_grid()
+    data["paths_grid"] = {"n": list(PATHS_GRID["n"]), "a": [float(a) for a in PATHS_GRID["a"]]}
+    data["meta"]["paths_grid"] = data["paths_grid"]
     data["growth"] = compute.growth(GrowthRequest())
     data["blocks"] = {}
     for p in lesson.presets():

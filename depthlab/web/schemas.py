@@ -78,7 +78,8 @@ class CompositeRequest(_Request):
 class PathsRequest(_Request):
     n: Annotated[int, Field(ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0"),
                  AS_INTEGER] = 2
-    a: float = Field(0.5, ge=-10.0, le=10.0, description="scalar sublayer F(x) = a x")
+    a: float = Field(0.5, ge=-10.0, le=10.0, description="scalar sublayer F(x) = a x, read "
+                     "exactly as its shortest decimal (-0.1 is -1/10)")
 
 
 class NormsRequest(_Request):

@@ -83,6 +83,7 @@
       snap: (st) => st,
       simulate: (req) => post("api/simulate", req),
       sweep: (req) => post("api/sweep", req),
+      snapPaths: (n, a) => [n, a],
       paths: (req) => post("api/paths", req),
       norms: (req) => post("api/norms", req),
       growth: (req) => post("api/growth", req),
@@ -128,7 +129,9 @@
         return Promise.resolve({ kind: req.mode, request, naive, improved });
       },
       sweep: (req) => need(data.sweep[req.n + "|" + switchKey(req)], "the sweep at N=" + req.n),
-      paths: (req) => Promise.resolve(DL.arith.paths(req.n, req.a)),
+      // the formula's exact arithmetic on the copy's grid of N and a (export.py PATHS_GRID)
+      snapPaths: (n, a) => [nearest(data.paths_grid.n, n), nearest(data.paths_grid.a, a)],
+      paths: (req) => need(data.paths[req.n + "|" + req.a], "N = " + req.n + ", a = " + req.a),
       norms: (req) => Promise.resolve(DL.arith.norms(req.x, req.eps)),
       growth: () => need(data.growth, "the growth probe"),
       composite: () => need(data.composite, "the composite gain"),
@@ -152,62 +155,38 @@
     };
   }
 
-  // The same exact arithmetic as depthlab/web/compute.py, for the static copy only (a
-  // typed vector or any real a cannot be precomputed). tests/test_page_arith_parity.py
-  // runs both on the same grid in Chromium.
-  // The correctly rounded sum of floats, as Python's math.fsum (Shewchuk's partials): the
-  // path totals of a negative a cancel, and a plain sum would lose the digits that remain.
-  function fsum(xs) {
-    const partials = [];
-    for (let x of xs) {
-      let i = 0;
-      for (let y of partials) {
-        if (Math.abs(x) < Math.abs(y)) [x, y] = [y, x];
-        const hi = x + y;
-        const lo = y - (hi - x);
-        if (lo) partials[i++] = lo;
-        x = hi;
-      }
-      partials.length = i;
-      partials.push(x);
-    }
-    return partials.reduce((s, p) => s + p, 0);
+  // The norms calculator of the static copy (a typed vector cannot be precomputed): the
+  // float64 arithmetic of depthlab.probes.exact.compare_norms, scaled outputs included.
+  // tests/test_page_arith_parity.py runs both on the same vectors in Chromium. (The exact
+  // arithmetic, paths and counts, is never computed here: a static copy embeds it.)
+  const SCALE_FACTORS = [1000, 0.001];
+  function normed(x, eps) {
+    const n = x.length;
+    const mean = x.reduce((s, v) => s + v, 0) / n;
+    const centred = x.map((v) => v - mean);
+    const variance = centred.reduce((s, v) => s + v * v, 0) / n;
+    const meanSquare = x.reduce((s, v) => s + v * v, 0) / n;
+    const inv = 1 / Math.sqrt(variance + eps);
+    const invr = 1 / Math.sqrt(meanSquare + eps);
+    return { mean, centred, variance, meanSquare, layernorm: centred.map((v) => v * inv), rmsnorm: x.map((v) => v * invr) };
   }
-
+  const change = (a, b) => {
+    const d = Math.max(...a.map((v, i) => Math.abs(v - b[i])));
+    return isFinite(d) ? d : null;
+  };
   DL.arith = {
-    paths(n, a) {
-      const groups = [];
-      let c = 1n; // C(N, k) exactly, as Python's math.comb, then rounded once to a float
-      for (let k = 0; k <= n; k++) {
-        groups.push({ layers_passed: k, n_paths: Number(c), value_each: Math.pow(a, k), total: Number(c) * Math.pow(a, k) });
-        c = (c * BigInt(n - k)) / BigInt(k + 1);
-      }
-      const paths = [];
-      if (n <= 4) {
-        for (let k = 0; k <= n; k++) {
-          const pick = (start, left, acc) => {
-            if (left === 0) { paths.push({ layers: acc, value: Math.pow(a, acc.length) }); return; }
-            for (let l = start; l <= n; l++) pick(l + 1, left - 1, acc.concat([l]));
-          };
-          pick(1, k, []);
-        }
-      }
-      return {
-        kind: "paths", depth: n, scale: a, x0: 1, groups, paths,
-        residual_output: fsum(groups.map((g) => g.total)), plain_output: Math.pow(a, n),
-        jacobian_factors: Array(n).fill(1 + a), jacobian: Math.pow(1 + a, n), plain_jacobian: Math.pow(a, n),
-      };
-    },
     norms(x, eps) {
-      const n = x.length;
-      const mean = x.reduce((s, v) => s + v, 0) / n;
-      const centred = x.map((v) => v - mean);
-      const variance = centred.reduce((s, v) => s + v * v, 0) / n;
-      const meanSquare = x.reduce((s, v) => s + v * v, 0) / n;
-      const inv = 1 / Math.sqrt(variance + eps);
-      const invr = 1 / Math.sqrt(meanSquare + eps);
-      return { kind: "norms", x, eps, mean, variance, mean_square: meanSquare, rms: Math.sqrt(meanSquare),
-               centred, layernorm: centred.map((v) => v * inv), rmsnorm: x.map((v) => v * invr) };
+      const r = normed(x, eps);
+      const scaled = SCALE_FACTORS.map((factor) => {
+        const big = x.map((v) => factor * v);
+        if (!big.every(isFinite) || !isFinite(big.reduce((s, v) => s + v * v, 0))) {
+          return { factor, layernorm_change: null, rmsnorm_change: null };
+        }
+        const o = normed(big, eps);
+        return { factor, layernorm_change: change(o.layernorm, r.layernorm), rmsnorm_change: change(o.rmsnorm, r.rmsnorm) };
+      });
+      return { kind: "norms", x, eps, mean: r.mean, variance: r.variance, mean_square: r.meanSquare,
+               rms: Math.sqrt(r.meanSquare), centred: r.centred, layernorm: r.layernorm, rmsnorm: r.rmsnorm, scaled };
     },
   };
 

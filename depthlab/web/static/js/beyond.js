@@ -40,7 +40,9 @@
       const a = h("a", { href: "#" + q.toString(), class: "bx-try", data: { residual: s.residual },
                          onclick: () => setTimeout(() => $("simulator").scrollIntoView(), 0) },
         label(s.residual), " · ", norm, " · N = " + s.n + " · ", DL.t("sim.mode." + s.mode));
-      return h("li", {}, a);
+      // HC and AttnRes show the plain residual's numbers at init: said beside the link
+      const init = DL.hasKey("sim.init." + s.residual) ? h("div", { class: "note bx-try-init" }, DL.t("sim.init." + s.residual)) : null;
+      return h("li", {}, a, init);
     });
     box.append(h("h3", {}, DL.t("bx.sim.h")), h("p", {}, DL.t("bx.sim.p")), h("ul", { class: "bx-tries" }, items));
   }

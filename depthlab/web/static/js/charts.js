@@ -50,6 +50,36 @@
     }
     return String(+v.toPrecision(d));
   };
+  // A value that DL.fmt would round to 1 but is not 1 (a cosine of 0.99999997): written
+  // as 1 − (1 − v), whose digits say how close it is (1 − v is exact for v in [0.5, 2]).
+  DL.fmtNear1 = function (v, digits) {
+    const s = DL.fmt(v, digits);
+    if (v == null || !isFinite(v) || v === 1 || s !== "1") return s;
+    return v < 1 ? "1 − " + DL.fmt(1 - v, 2) : "1 + " + DL.fmt(v - 1, 2);
+  };
+  // Values to be compared side by side (the two stacks' cosines): near 1 as DL.fmtNear1,
+  // and with as many digits as it takes for different values not to read the same.
+  DL.fmtApart = function (vs, digits) {
+    let d = digits || 3;
+    const write = (k) => vs.map((v) => DL.fmtNear1(v, k));
+    let out = write(d);
+    const clash = (o) => o.some((s, i) => o.some((t, j) => j > i && s === t && vs[i] !== vs[j]));
+    while (clash(out) && d < 17) out = write(++d);
+    return out;
+  };
+  // An exact value as the server wrote it (depthlab.probes.exactnum.text), for people: the
+  // digits are the server's, only the notation changes ("~1.23e-40" -> "≈ 1.23 × 10⁻⁴⁰",
+  // "1e-64" -> "10⁻⁶⁴", "-2" -> "−2"). Nothing is computed here.
+  DL.exact = function (text) {
+    if (text == null) return "—";
+    const m = /^(~?)(-?)([0-9.,]+)(?:e(-?\d+))?$/.exec(text);
+    if (!m) return text;
+    const [, approx, minus, digits, exp] = m;
+    const sign = minus ? "−" : "";
+    const body = exp === undefined ? digits
+      : (digits === "1" && !approx ? "10" + sup(exp) : digits + " × 10" + sup(exp));
+    return (approx ? "≈ " : "") + sign + body;
+  };
   // "10⁻²⁶" for a value that is a power of ten, else DL.fmt: the one-line readings' form.
   DL.pow10 = (v) => {
     if (v == null || !isFinite(v) || v <= 0) return DL.fmt(v);
@@ -76,10 +106,10 @@
 
   // Ticks of a log axis from its exponent range: whole decades, every `step` of them so that
   // at most 6 are labelled; within two decades also the 2s and 5s.
+  const logStep = (span) => [1, 2, 5, 10, 20, 50, 100].find((s) => span / s <= 6) || 100;
   function logSplits(lo, hi) {
     const span = hi - lo;
-    const steps = [1, 2, 5, 10, 20, 50, 100];
-    const step = steps.find((s) => span / s <= 6) || 100;
+    const step = logStep(span);
     const out = [];
     for (let k = Math.ceil(lo / step) * step; k <= hi + 1e-9; k += step) out.push(k);
     if (span <= 2) {
@@ -208,6 +238,22 @@
         return name + ". " + parts.join("; ");
       }
 
+      // The y axis's width in CSS pixels: its longest label measured in the axis font, plus
+      // the tick and the gap (uPlot asks again after the labels change, cycle by cycle).
+      function axisWidth(u, values, axisIdx, cycle) {
+        const ax = u.axes[axisIdx];
+        if (cycle > 1 && ax._size) return ax._size;
+        let widest = 0;
+        if (values && values.length) {
+          u.ctx.save();
+          u.ctx.font = ax.font[0];
+          for (const v of values) if (v) widest = Math.max(widest, u.ctx.measureText(String(v)).width);
+          u.ctx.restore();
+        }
+        const ratio = window.devicePixelRatio || 1;
+        return Math.max(40, Math.ceil(widest / ratio + (ax.ticks.size || 10) + (ax.gap || 5) + 6));
+      }
+
       function opts() {
         const series = [{ label: spec.xName ? spec.xName() : "x" }].concat(
           spec.series.map((s) => {
@@ -231,10 +277,23 @@
           })
         );
         const scales = { x: { time: false }, y: {} };
-        if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
+        if (spec.yLog && bars) { // bars stand on the floor: put it on a labelled tick
+          scales.y.range = (u) => {
+            const [lo, hi] = logRange(u.data.slice(1).concat(bandValues()));
+            let floor = lo;
+            for (let i = 0; i < 4; i++) { // a lower floor can widen the step: settle both
+              const step = logStep(hi - floor);
+              if (floor % step === 0) break;
+              floor = Math.floor(floor / step) * step;
+            }
+            return [floor, Math.max(hi, floor + 1)];
+          };
+        } else if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
         else if (spec.yRange) scales.y.range = spec.yRange;
-        // spec.yZero (bars of signed changes): the range holds 0, so every bar starts at the baseline
-        else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues(), spec.yZero ? [[0]] : []));
+        // bars stand on zero: a linear bar chart's range always includes it (a bar of a
+        // near-equal or signed value is then its true length from the baseline)
+        else if (bars || spec.yZero) scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues(), [[0]]));
+        else scales.y.range = (u) => linRange(u.data.slice(1).concat(bandValues()));
         if (spec.xRange) scales.x.range = spec.xRange;
         else if (bars || spec.xNames) scales.x.range = (u, lo, hi) => [lo - 0.5, hi + 0.5]; // no half bars at the edges
         const axis = () => ({ font: "12px sans-serif", labelFont: "12px sans-serif", stroke: "#333",
@@ -248,7 +307,8 @@
           // spec.xSlant (many names on a narrow chart): slanted, so that neighbours do not overlap
           if (spec.xSlant) Object.assign(xAxis, { rotate: -40, size: 92 });
         }
-        const yAxis = Object.assign(axis(), { size: 64 });
+        // As wide as its longest tick label (a fixed 64 px cut "2.5 × 10¹⁹" to ".5×10¹⁹").
+        const yAxis = Object.assign(axis(), { size: axisWidth });
         if (spec.yLog) {
           yAxis.splits = (u, i, lo, hi) => logSplits(lo, hi);
           yAxis.values = (u, vs) => { const l = vs.map(logLabel); ticks.y = vs.map((v, i) => [v, l[i]]); return l; };

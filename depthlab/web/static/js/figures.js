@@ -137,7 +137,13 @@
     let last = null;
     // the bounds are the server's (/api/meta limits.paths_n, paths_a), set on the inputs
     let bounds = null;
+    let grid = null; // a static copy's N and a (meta.paths_grid)
+    const gridNote = () => {
+      $("paths-static").textContent = grid ? DL.t("f.static", { n: grid.n.join(", "), a: grid.a.map(fmt).join(", ") }) : "";
+    };
     const limits = source.meta().then((m) => {
+      grid = m.paths_grid || null;
+      gridNote();
       bounds = { n: m.limits.paths_n, a: m.limits.paths_a };
       [pn.min, pn.max, pa.min, pa.max] = [...bounds.n, ...bounds.a];
     });
@@ -145,39 +151,53 @@
     pn.addEventListener("input", () => pn.value && DL.state.set({ pn: +pn.value }));
     pa.addEventListener("input", () => pa.value !== "" && isFinite(+pa.value) && DL.state.set({ pa: +pa.value }));
 
+    // Every number here is the server's exact text (depthlab.probes.exactnum): counts in
+    // full, values exact or correctly rounded with "≈"; DL.exact only changes the notation.
+    const X = (v) => DL.exact(v);
+    const is = (t) => (t && t.startsWith("~") ? " " : " = "); // "= ≈ 0.0012" reads as "≈ 0.0012"
     function draw(ex, r) {
       last = [ex, r];
       const names = { "": "f.skip", "1": "f.l1", "2": "f.l2", "1,2": "f.both" };
       const box = $("paths-example");
       box.textContent = "";
-      box.append(h("div", { class: "paths-h" }, DL.t("f.example") + DL.t("b.d.colon") + "x₂ = (1 + " + fmt(ex.scale) + ")² = " +
-        ex.paths.map((p) => fmt(p.value)).join(" + ") + " = " + fmt(ex.residual_output)));
+      box.append(h("div", { class: "paths-h" }, DL.t("f.example") + DL.t("b.d.colon") + "x₂ = (1 + " + X(ex.scale_text) + ")² = " +
+        ex.paths.map((p) => X(p.value_text)).join(" + ") + is(ex.residual_output_text) + X(ex.residual_output_text)));
       box.append(h("div", { class: "path-cards" }, ex.paths.map((p) =>
         h("div", { class: "path-card" + (p.layers.length === 2 ? " plain" : "") },
-          h("div", { class: "path-v" }, fmt(p.value)), h("div", {}, DL.t(names[p.layers.join(",")]))))));
-      const rows = r.groups.map((g) => [g.layers_passed, fmt(g.n_paths), fmt(g.value_each), fmt(g.total)]);
+          h("div", { class: "path-v" }, X(p.value_text)), h("div", {}, DL.t(names[p.layers.join(",")]))))));
+      const rows = r.groups.map((g) => [g.layers_passed, X(g.n_paths_text), X(g.value_each_text), X(g.total_text)]);
       const out = $("paths-expansion");
       out.textContent = "";
-      out.append(h("p", { class: "kv" }, "N = " + r.depth + ", a = " + fmt(r.scale) + ": " + fmt(Math.pow(2, r.depth)) +
-        " " + DL.t("f.paths") + " · " + DL.t("f.total") + " = ", h("b", { id: "paths-total" }, fmt(r.residual_output)),
-        " · " + DL.t("f.plain") + " = ", h("b", { class: "red" }, fmt(r.plain_output))));
+      Object.assign(out.dataset, { n: r.depth, a: r.scale_text }); // what is shown (tests wait on it)
+      out.append(h("p", { class: "kv" }, "N = " + r.depth + ", a = " + X(r.scale_text) + ": ",
+        h("b", { id: "paths-count" }, X(r.n_paths_text)),
+        " " + DL.t("f.paths") + " · " + DL.t("f.total") + is(r.residual_output_text),
+        h("b", { id: "paths-total" }, X(r.residual_output_text)),
+        " · " + DL.t("f.plain") + is(r.plain_output_text), h("b", { class: "red", id: "paths-plain" }, X(r.plain_output_text))));
       const shown = rows.length > 12 ? rows.slice(0, 6).concat([["…", "", "", ""]], rows.slice(-5)) : rows;
-      out.append(table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown));
-      $("paths-jacobian").textContent = DL.t("f.jac") + "  N = " + r.depth + ": " + fmt(r.jacobian) + " " + DL.t("f.vs") + " " + fmt(r.plain_jacobian) + DL.t("f.end");
+      // long exact numbers scroll sideways on a narrow screen rather than being cut
+      out.append(h("div", { class: "table-wrap" },
+        table([DL.t("f.k"), DL.t("f.count"), DL.t("f.each"), DL.t("f.sum")], shown, "num exact-table")));
+      out.append(h("p", { class: "note" }, DL.t("f.exact")));
+      const jac = $("paths-jacobian");
+      jac.textContent = "";
+      jac.append(DL.t("f.jac") + "  N = " + r.depth + ": (" + X(r.jacobian_factor_text) + ")" + "^" + r.depth + is(r.jacobian_text),
+        h("b", { id: "paths-jac" }, X(r.jacobian_text)), " " + DL.t("f.vs") + " ",
+        h("b", { id: "paths-jac-plain" }, X(r.plain_jacobian_text)), DL.t("f.end"));
     }
 
     return {
       update(st) {
         limits.then(() => {
-          const n = clamp(st.pn, bounds.n);
-          const a = clamp(st.pa, bounds.a);
+          // within the server's bounds, and on a static copy's grid of N and a
+          const [n, a] = source.snapPaths(clamp(st.pn, bounds.n), clamp(st.pa, bounds.a));
           if (n !== st.pn || a !== st.pa) return DL.state.set({ pn: n, pa: a });
           if (+pn.value !== n) pn.value = n;
           if (+pa.value !== a) pa.value = a;
           return Promise.all([source.paths({ n: 2, a }), source.paths({ n, a })]).then(([ex, r]) => draw(ex, r));
         }).catch(showError);
       },
-      relabel: () => last && draw(...last),
+      relabel: () => { gridNote(); if (last) draw(...last); },
     };
   };
 
@@ -194,7 +214,8 @@
       const k = r.measured_rms.length - 1;
       chart.update(r.measured_rms.map((_, i) => i), [r.measured_rms, r.expected]);
       $("ro-growth").textContent = DL.t("g.after") + " " + k + " " + DL.t("g.writes") + DL.t("b.d.colon") + DL.t("g.measured") + " " +
-        fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]);
+        fmt(r.measured_rms[k]) + " · √(1 + " + k + ") = " + fmt(r.expected[k]) + " · " +
+        DL.t("g.over", { s: int(r.request.samples), w: r.request.width, seed: r.request.seed }); // what "measured" averages
       $("reading-growth").textContent = DL.t("read.growth", { k, m: fmt(r.measured_rms[k]), e: fmt(r.expected[k]) });
     }
     source.growth({ writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
@@ -381,7 +402,25 @@
       out.append(table(["", ...cols.map((i) => "x" + (i + 1))], [
         row("x", r.x), row("x − " + DL.t("n.mean"), r.centred), row(DL.t("n.ln"), r.layernorm), row(DL.t("n.rn"), r.rmsnorm),
       ], "num norms-table"));
-      out.append(h("p", { class: "note" }, DL.t("n.same")));
+      out.append(h("p", { class: "note", id: "norm-eps" }, DL.t("n.eps", { eps: fmt(r.eps) })));
+      out.append(h("p", { class: "note", id: "norm-scaled" }, scaling(r)));
+    }
+    // What scaling x does, read from the server's measurement (r.scaled: per factor c, the
+    // largest change of each output when x becomes c·x): nothing visible in the 4 decimals
+    // shown, or how much, since eps stops being negligible for a small vector.
+    const SHOWN = 5e-5; // half a unit in the 4th decimal: a smaller change is not seen above
+    function scaling(r) {
+      const factor = (c) => (c < 1 ? "1/" + fmt(1 / c) : fmt(c));
+      const worst = (s) => Math.max(s.layernorm_change == null ? Infinity : s.layernorm_change,
+                                    s.rmsnorm_change == null ? Infinity : s.rmsnorm_change);
+      const sorted = (r.scaled || []).slice().sort((a, b) => worst(b) - worst(a));
+      if (!sorted.length) return "";
+      const top = sorted[0];
+      if (worst(top) < SHOWN) {
+        return DL.t("n.scale.same", { c: r.scaled.map((s) => factor(s.factor)).join(DL.t("n.or")), d: fmt(worst(top), 2) });
+      }
+      return DL.t("n.scale.eps", { c: factor(top.factor), ln: fmt(top.layernorm_change, 2), rn: fmt(top.rmsnorm_change, 2),
+                                   eps: fmt(r.eps) });
     }
     return {
       update(st) {
@@ -400,6 +439,12 @@
   };
 
   // ---- 8. the evolution table ---------------------------------------------------------------
+  const initStd = (r) => {
+    const v = r.residual_init_std_text;
+    if (v == null) return fmt(r.residual_init_std);
+    if (!r.residual_init_rule) return DL.exact(v);
+    return r.residual_init_rule + (v.startsWith("~") ? " ≈ " + DL.exact(v.slice(1)) : " = " + DL.exact(v));
+  };
   DL.figures.evolution = function (source, showError) {
     let rows = null;
     function draw() {
@@ -411,11 +456,12 @@
         line("FFN", (r) => r.ffn + ", " + int(r.d_model) + " → " + int(r.d_ff) + " (" + fmt(r.ffn_multiple) + "d)"),
         line(DL.t("e.ffnshare"), (r) => fmt(100 * r.ffn_share) + "%"),
         line(DL.t("e.writes"), (r) => r.n_layers + " × 2 = " + r.n_writes),
-        line(DL.t("e.initstd"), (r) => fmt(r.residual_init_std)),
+        // the server's digits: "0.02/√24 ≈ 0.00408248", or the plain std
+        line(DL.t("e.initstd"), (r) => initStd(r)),
         line(DL.t("e.norm"), (r) => normName(r) + ", " + r.placement),
         line(DL.t("e.gating"), (r) => (r.ffn === "swiglu" ? "SwiGLU" : "—") + (r.attn_gate ? " + " + DL.t("e.gate") : "")),
         line("q_proj", (r) => int(r.q_proj_in) + " → " + int(r.q_proj_width) + (r.attn_gate ? " = 2 × " + int(r.q_proj_width / 2) : "")),
-        line(DL.t("e.params"), (r) => fmt(r.total_params)),
+        line(DL.t("e.params"), (r) => int(r.total_params)), // a count in full, never rounded
       ];
       const box = $("evolution-table");
       box.textContent = "";

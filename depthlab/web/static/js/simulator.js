@@ -43,7 +43,7 @@
       plainLayers: dist(C.plain), improvedLayers: dist(C.improved),
       plainRms: rms(C.plain), improvedRms: rms(C.improved),
       bottom: { xLabel: t("sim.ax.depth"), yLabel: t("sim.ax.cos"), height: 210, yRange: [-0.2, 1.05], xInt: true,
-                hover: sayRow("hover.cos"), series: rows },
+                hover: (x, v, k) => sayRow("hover.cos")(x, v, k, DL.fmtNear1(v, 5)), series: rows },
     };
   }
 
@@ -153,8 +153,10 @@
           el.dataset.ratio = d.ratio;
         } else {
           charts[row + "Layers"].update(range(0, n), [d.rel_distance]);
-          readout(el, [["sim.ro.dist", d.rel_distance[n]], ["sim.ro.cos", d.mean_cosine[n]],
-                       ["sim.ro.rms", d.stream_rms[n]]]);
+          // the two rows' cosines written so that different values read differently
+          const cos = DL.fmtApart([r.naive.mean_cosine[n], r.improved.mean_cosine[n]])[row === "plain" ? 0 : 1];
+          el.textContent = [DL.t("sim.ro.dist") + " " + DL.fmt(d.rel_distance[n]), DL.t("sim.ro.cos") + " " + cos,
+                            DL.t("sim.ro.rms") + " " + DL.fmt(d.stream_rms[n])].join(" · ");
           el.dataset.distance = d.rel_distance[n];
           el.dataset.cosine = d.mean_cosine[n];
         }
@@ -165,8 +167,8 @@
       if (r.kind === "collapse") {
         charts.bottom.update(range(0, n), [r.naive.mean_cosine, r.improved.mean_cosine]);
         $("ro-bottom").textContent = "";
-        $("reading-bottom").textContent = DL.t("read.cos", { n, a: DL.fmt(r.naive.mean_cosine[n]),
-                                                             b: DL.fmt(r.improved.mean_cosine[n]) });
+        const [a, b] = DL.fmtApart([r.naive.mean_cosine[n], r.improved.mean_cosine[n]]);
+        $("reading-bottom").textContent = DL.t("read.cos", { n, a, b });
       }
       $("reading-sim").textContent = r.kind === "gradient"
         ? DL.t("read.grad", { n, g: g.toFixed(2), a: DL.pow10(r.naive.ratio), b: DL.pow10(r.improved.ratio) })
@@ -207,6 +209,8 @@
         if (st.mode !== mode) build(st.mode);
         current = st;
         $("improved-formula").textContent = formula(st);
+        // a design that computes the plain residual's numbers at init says so
+        $("sim-note-init").textContent = DL.hasKey("sim.init." + st.residual) ? DL.t("sim.init." + st.residual) : "";
         $("n-out").textContent = st.n;
         $("g-out").textContent = st.g.toFixed(2);
         ready.then(() => {
@@ -225,6 +229,8 @@
         onSwitch = fn;
       },
       relabel() {
+        const r = DL.state.get().residual;
+        $("sim-note-init").textContent = DL.hasKey("sim.init." + r) ? DL.t("sim.init." + r) : "";
         if (spec) buildSwitches(spec, DL.state.get(), (patch) => onSwitch(patch));
         build(mode);
         if (lastSim) drawSim(lastSim);
