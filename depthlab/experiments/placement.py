@@ -27,6 +27,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
 )
@@ -48,7 +49,7 @@ def arm_name(placement: str, warmup: str, lr: float, high_lr: float) -> str:
     return f"{placement}-{warmup}" + ("" if lr == high_lr else f"-lr{lr:g}")
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     """Xiong et al. 2020's setting: plain 0.02 init (as in the 2017 Transformer), half the
     deep stack, a high learning rate; the arms differ in placement and warmup only."""
     warm = max(1, b.steps // 3)

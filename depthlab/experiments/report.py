@@ -112,7 +112,7 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
 
 
 def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
-                  command: str) -> dict[str, Any]:
+                  command: str, seeds: list[int] | None = None) -> dict[str, Any]:
     from depthlab import __version__
 
     export = {
@@ -122,6 +122,7 @@ def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
         "depthlab_version": __version__,
         "command": command,
         "budget": budget,
+        **({"seeds": seeds} if seeds is not None else {}),
         "charts": report.charts,
         "table": report.table,
         "conclusions": report.conclusions,

@@ -33,6 +33,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
     with_steps,
@@ -48,7 +49,7 @@ def arm_name(depth: int, residual: str) -> str:
     return f"L{depth}-{residual}"
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     steps = b.sweep_steps or b.steps
     arms = []
     for depth in b.depths:

@@ -21,8 +21,12 @@ from depthlab.experiments.spec import (
     Experiment,
     RunResult,
     RunSpec,
+    Seeds,
     base_config,
     now_iso,
+    parse_seeds,
+    seed_list,
+    seeds_text,
 )
 from depthlab.metrics import read_metrics
 from depthlab.progress import Progress
@@ -106,7 +110,7 @@ def run_experiment(
     *,
     budget: str = "quick",
     out_dir: Path = Path("runs"),
-    seeds: int | None = None,
+    seeds: Seeds | str | None = None,
     corpus: str | None = None,
     progress: bool = True,
     command: str | None = None,
@@ -114,18 +118,21 @@ def run_experiment(
     rerun: bool = False,
 ) -> Path:
     """Run (or finish) the grid of experiment `name` and export it to out_dir/name.
-    A run directory holding another config is refused, or with `rerun` trained again."""
+    `seeds`: a count, the seeds themselves or `--seeds` text (spec.parse_seeds); None:
+    the budget's count. A run directory holding another config is refused, or with
+    `rerun` trained again."""
     exp = get_experiment(name)
     if budget not in BUDGETS:
         raise UserError(f"unknown budget {budget!r}; choose one of: {', '.join(BUDGETS)}")
-    if seeds is not None and not 1 <= seeds <= 10:
-        raise UserError(f"--seeds must be between 1 and 10, got {seeds}")
+    if seeds is not None:
+        seeds = parse_seeds(seeds if isinstance(seeds, str) else seeds_text(seeds))
     b = BUDGETS[budget]
-    specs = exp.grid(base_config(b, corpus), b, seeds or b.seeds)
+    specs = exp.grid(base_config(b, corpus), b, b.seeds if seeds is None else seeds)
     root = Path(out_dir) / name
     cmd = command or f"depthlab experiment {name} --budget {budget}" + (
-        f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
-    settings = {"budget": budget, "seeds": seeds, "corpus": corpus}
+        f" --seeds {seeds_text(seeds)}" if seeds is not None else "") + (f" --corpus {corpus}" if corpus else "")
+    settings = {"budget": budget, "seeds": None if seeds is None else list(seed_list(seeds)),
+                "corpus": corpus}
     with DirLock(root, "experiment folder"):
         stale = reuse.check_grid(specs, root / "runs", rerun)
         say = print if echo else (lambda *a, **k: None)
@@ -206,6 +213,7 @@ def export(exp: Experiment, specs: list[RunSpec], root: Path, b: Budget, trained
         return
     results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
                for s in specs]
-    write_outputs(root, exp, exp.analyze(results, b), budget=settings["budget"], command=command)
+    write_outputs(root, exp, exp.analyze(results, b), budget=settings["budget"], command=command,
+                  seeds=sorted({s.seed for s in specs}))
     reuse.write_record(root, exp.name, specs, **settings)
     say(f"wrote {out}, {root / 'summary.md'} and charts")
