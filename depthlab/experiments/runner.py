@@ -79,6 +79,23 @@ def describe_grid(specs: list[RunSpec]) -> str:
     return "\n".join(lines)
 
 
+def planned_work(spec: RunSpec) -> float:
+    """The work a run is planned to do, in tokens x non-embedding parameters (plus
+    attention's 2 L T d per token): its training tokens, its evaluations' tokens at a
+    third of the cost (forward only); a run measured at init is one batch. The weights of
+    the experiment's ETA: a 12-layer run costs about 12 times a 1-layer one, which a time
+    per run taken from the first, smallest runs misses. The embedding and the LM head are
+    left out: at the course model's width a step's time follows its blocks (dozens of
+    small operations each), not the head's one matmul."""
+    m, t = spec.cfg.model, spec.cfg.train
+    blocks = m.approx_params - m.vocab_size * m.d_model * (2 - m.tie_embeddings) - m.d_model
+    per_token = blocks + 2 * m.n_layers * t.seq_len * m.d_model
+    if spec.init_only:
+        return t.batch_size * t.seq_len * per_token
+    evals = t.steps // max(1, t.eval_every) + 1
+    return (t.steps * t.batch_size * t.seq_len + evals * t.eval_tokens / 3) * per_token
+
+
 def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     """Measure one configuration at initialisation on a fixed batch of the corpus, and
     write it as a run directory whose metric log has a single probe line at step 0."""
@@ -130,7 +147,8 @@ def run_experiment(
     specs = exp.grid(base_config(b, corpus), b, b.seeds if seeds is None else seeds)
     root = Path(out_dir) / name
     cmd = command or f"depthlab experiment {name} --budget {budget}" + (
-        f" --seeds {seeds_text(seeds)}" if seeds is not None else "") + (f" --corpus {corpus}" if corpus else "")
+        f" --seeds {seeds_text(seeds)}" if seeds is not None else "") + (
+        f" --corpus {corpus}" if corpus else "")
     settings = {"budget": budget, "seeds": None if seeds is None else list(seed_list(seeds)),
                 "corpus": corpus}
     with DirLock(root, "experiment folder"):
@@ -150,7 +168,8 @@ def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], statu
     """Train or measure every run not finished yet, one at a time, keeping status.json
     current; whether any run was (re)made. Ctrl-C leaves the status `interrupted`."""
     trained_now = False
-    bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True)
+    bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True,
+                   weights=[planned_work(s) for s in specs])
     try:
         for i, spec in enumerate(specs):
             run_dir = root / "runs" / spec.name
