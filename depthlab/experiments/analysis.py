@@ -39,6 +39,18 @@ def final_values(runs: list[RunResult]) -> list[float]:
     return [r.final_val_loss if r.final_val_loss is not None else math.nan for r in runs]
 
 
+def per_seed(arms: dict[str, list[RunResult]]) -> dict[str, dict]:
+    """export.json's `per_seed`: each arm's seeds, final validation losses (None: none
+    logged), whether each run completed, and its planned steps; what a rule applied per
+    seed is read from, and rendered again from (Experiment.reword)."""
+    return {arm: {"seed": [r.spec.seed for r in runs],
+                  "final_val_loss": [r.final_val_loss for r in runs],
+                  "completed": [bool(r.end and r.end.get("status") == "completed")
+                                for r in runs],
+                  "steps": runs[0].spec.cfg.train.steps}
+            for arm, runs in arms.items()}
+
+
 def diverged(runs: list[RunResult]) -> bool:
     return any(r.end and r.end.get("status") == "failed" for r in runs)
 

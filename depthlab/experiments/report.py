@@ -129,6 +129,8 @@ def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
     }
     if report.baselines is not None:
         export["baselines"] = report.baselines
+    if report.per_seed is not None:
+        export["per_seed"] = report.per_seed
     atomic_write_text(root / EXPORT_FILE,
                       json.dumps(export, ensure_ascii=False, allow_nan=False, indent=1))
     for spec in report.charts:
@@ -238,6 +240,11 @@ def validate_export(obj: Any) -> list[str]:
         need(isinstance(b, dict) and all(isinstance(b.get(k), int | float)
                                          for k in ("unigram", "bigram", "tokens")),
              "baselines must be {unigram, bigram, tokens, ...} numbers")
+    for arm, runs in (obj.get("per_seed") or {}).items():
+        lists = [runs.get(k) for k in ("seed", "final_val_loss", "completed")]
+        need(all(isinstance(v, list) and len(v) == len(lists[0]) for v in lists)
+             and isinstance(runs.get("steps"), int),
+             f"per_seed[{arm}] must be {{seed, final_val_loss, completed: equal lists, steps}}")
     conclusions = obj.get("conclusions")
     need(isinstance(conclusions, list) and all(is_text(c) for c in conclusions),
          "conclusions must be a list of {en, zh}")

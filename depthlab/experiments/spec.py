@@ -116,6 +116,7 @@ class Report:
     table: dict[str, Any] = field(default_factory=lambda: {"columns": [], "rows": []})
     conclusions: list[dict[str, str]] = field(default_factory=list)
     baselines: dict[str, Any] | None = None  # unigram/bigram on the scored tokens
+    per_seed: dict[str, dict] | None = None  # analysis.per_seed: what per-seed rules read
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ class Experiment:
     switches: tuple[str, ...]  # the config keys the grid varies
     grid: Callable[[Config, Budget, Seeds], list[RunSpec]]
     analyze: Callable[[list[RunResult], Budget], Report]
+    # export.json -> its conclusions, the rule sentences rendered again from `per_seed`
+    # (None: the experiment's sentences need the runs themselves)
+    reword: Callable[[dict[str, Any]], list[dict[str, str]]] | None = None
 
     @property
     def questions(self) -> dict[str, str]:
