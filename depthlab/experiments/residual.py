@@ -1,7 +1,7 @@
 """The residual ablation as a depth sweep: the course model with and without the two
-`x +` of each block at 1 to 12 layers. Without the residual a deep stack becomes a
-constant predictor within a few dozen steps and stays on the plateau of the unigram
-loss; the sweep finds the depth where that starts, and the probe lines show how.
+`x +` of each block at 1 to 8 layers (quick) or 1 to 12 (standard). Without the residual
+a deep stack becomes a constant predictor within a few dozen steps and stays on the
+plateau of the unigram loss; the sweep finds the depth where that starts, and the probe lines show how.
 """
 
 from __future__ import annotations
