@@ -79,3 +79,4 @@ def test_seeds_reach_the_runs_the_export_and_the_record(tmp_path, monkeypatch):
     assert runs and all(r.endswith("-s5") for r in runs)
     record = json.loads((root / "experiment.json").read_text())
     assert record["seeds"] == [5]
+    assert "Budget `micro`, seeds 5, exported" in (root / "summary.md").read_text()

@@ -141,7 +141,9 @@ def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
 
 def summary_markdown(export: dict[str, Any]) -> str:
     lines = [f"# {export['experiment']}", "", export["question"]["en"], "",
-             f"Budget `{export['budget']}`, exported {export['exported_at']} by depthlab "
+             f"Budget `{export['budget']}`"
+             + (f", seeds {', '.join(map(str, export['seeds']))}" if export.get("seeds") else "")
+             + f", exported {export['exported_at']} by depthlab "
              f"{export['depthlab_version']}: `{export['command']}`", ""]
     table = export["table"]
     if table["columns"]:
