@@ -7,6 +7,7 @@ plateau of the unigram loss; the sweep finds the depth where that starts, and th
 from __future__ import annotations
 
 import math
+from itertools import groupby
 
 from depthlab.config import Config
 from depthlab.experiments.analysis import (
@@ -201,39 +202,38 @@ def plateau_rule(base: Baselines) -> Text:
                   margin=f"{seed_margin(base):.3f}")
 
 
+def _leaving(values: list[float], base: Baselines) -> str:
+    """'all': every seed and the seed mean leave the plateau; 'none': no seed does;
+    'split': the seeds differ, or the mean disagrees with them."""
+    k = seeds_left(values, base)
+    if k == len(values) and left_plateau(values, base):
+        return "all"
+    return "none" if k == 0 else "split"
+
+
 def _plateau(depths: list[int], finals: dict, base: Baselines, steps: int) -> Text:
     """Which depths without residual leave the plateau, by the rule applied to each seed
-    and to the seed mean: runs of depths where every seed and the mean leave, or where no
-    seed does; a depth whose seeds split (or whose mean disagrees with them) by itself."""
-    parts, i = [], 0
-    while i < len(depths):
-        values = finals[(depths[i], "none")]
-        n, k, mean_left = len(values), seeds_left(values, base), left_plateau(values, base)
-        kind = "all" if k == n and mean_left else "none" if k == 0 else "split"
-        j = i + 1
-        while kind != "split" and j < len(depths):
-            nxt = finals[(depths[j], "none")]
-            same_kind = (seeds_left(nxt, base) == len(nxt) and left_plateau(nxt, base)
-                         if kind == "all" else seeds_left(nxt, base) == 0)
-            if not same_kind:
-                break
-            j += 1
-        group = depths[i:j]
+    and to the seed mean: runs of neighbouring depths where every seed and the mean leave,
+    or where no seed does; a depth whose seeds split, by itself."""
+    kinds = {d: _leaving(finals[(d, "none")], base) for d in depths}
+    runs = groupby(depths, key=lambda d: kinds[d] if kinds[d] != "split" else d)
+    parts = []
+    for _, grouped in runs:
+        group = list(grouped)
+        values = finals[(group[0], "none")]
+        n, kind = len(values), kinds[group[0]]
         layers = phrase("residual.plateau." + ("layer" if group == [1] else "layers"))
-        if kind == "all":
-            parts.append(phrase("residual.plateau.all", depths=_numbers(group), n=n,
-                                layers=layers))
-        elif kind == "none" and j == len(depths) and i > 0:
+        if kind == "none" and group[-1] == depths[-1] and group[0] != depths[0]:
             parts.append(phrase("residual.plateau.none_from", stuck=group[0], n=n))
-        elif kind == "none":
-            parts.append(phrase("residual.plateau.none_at", depths=_numbers(group), n=n,
-                                layers=layers))
+        elif kind in ("all", "none"):
+            parts.append(phrase(f"residual.plateau.{kind}" + ("_at" if kind == "none" else ""),
+                                depths=_numbers(group), n=n, layers=layers))
         else:
-            gap = mean(values) - base.unigram
-            parts.append(phrase("residual.plateau.split_" + ("leaves" if mean_left else "stays"),
-                                depth=group[0], layers=layers, k=k, n=n, diff=f"{gap:+.3f}",
+            leaves = left_plateau(values, base)
+            parts.append(phrase("residual.plateau.split_" + ("leaves" if leaves else "stays"),
+                                depth=group[0], layers=layers, k=seeds_left(values, base), n=n,
+                                diff=f"{mean(values) - base.unigram:+.3f}",
                                 spread=f"{spread(values):.3f}"))
-        i = j
     return phrase("residual.plateau.per_seed", steps=steps, parts=joined(parts, "clauses"),
                   rule=plateau_rule(base))
 
