@@ -180,7 +180,7 @@ def test_plateau_rule_is_applied_per_seed_as_well_as_to_the_mean():
     # a seed just inside the margin does not leave; one just beyond it does
     edge = plateau_export({1: [3.3045 - 0.0404] * 3, 2: [3.3045 - 0.0406] * 3})
     words = reword(edge)[1]["en"]
-    assert "at 1 layer no seed leaves it (0 of 3)" in words
+    assert "at 1 layer no seed leaves the plateau (0 of 3)" in words
     assert "at 2 layers every seed leaves the plateau (3 of 3), and so does their mean" in words
     one = plateau_export({1: [2.1], 2: [3.30], 3: [3.306]})
     assert "at 1 layer every seed leaves the plateau (1 of 1)" in reword(one)[1]["en"]
