@@ -314,6 +314,15 @@ def test_residual_export_draws_depth_with_spread_and_the_collapse(micro_runs):
                for c in placement["conclusions"])
 
 
+@pytest.mark.parametrize("name", ["residual", "norm-placement"])
+def test_reword_renders_from_per_seed_what_the_analysis_wrote(micro_runs, name):
+    export = json.loads((micro_runs / name / "export.json").read_text())
+    runs = export["per_seed"]
+    assert sum(len(r["final_val_loss"]) for r in runs.values()) == len(
+        list((micro_runs / name / "runs").iterdir()))
+    assert get_experiment(name).reword(export) == export["conclusions"]
+
+
 def test_rerun_skips_finished_runs(micro_runs, monkeypatch):
     import depthlab.train as train_module
 
