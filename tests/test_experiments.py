@@ -462,6 +462,10 @@ def test_sentences_fill_each_language_with_its_own_words():
     assert "1 个种子" in one["zh"]
     noisy = gap_sentence(same("x"), [3.0, 3.4], [3.1, 3.5], same("a"), same("b"))
     assert "no difference is claimed" in noisy["en"] and "2 seeds, spread ±0.4000" in noisy["en"]
+    assert "2 seeds, spread ±0.4000; seed by seed, b ends higher in 2 of 2)" in noisy["en"]
+    split = gap_sentence(same("x"), [3.0, 3.4, 3.2], [3.1, 3.3, 3.2], same("a"), same("b"))
+    assert "seed by seed, b ends higher in 1 of 3)" in split["en"]  # a tie is not higher
+    assert "逐个种子对比，b在 3 个中有 1 个更高" in split["zh"]
     lower = gap_sentence(same("x"), [3.0, 3.01], [2.0, 2.01], same("a"), same("b"))
     assert "ends 1.0000 nats lower than a" in lower["en"] and "低 1.0000 nats" in lower["zh"]
     assert "diverged" in gap_sentence(same("x"), [3.0], [float("inf")], same("a"), same("b"))["en"]
