@@ -13,7 +13,10 @@ from d 256 on by reading the weights from memory; the uncached step is a forward
 over the whole window, bound by its FLOPs. The table goes from the course model to a
 25M-parameter Llama-shaped one.
 
-    python bench/generate_speed.py [--tokens 200] [--repeats 5] [--threads 1]
+    python bench/generate_speed.py [--tokens 200] [--repeats 5] [--threads 1] [--models course,gpt2]
+
+The Llama-shaped row alone takes minutes on a loaded 2-core machine; --models picks rows
+by the first word of their label.
 """
 
 from __future__ import annotations
@@ -45,7 +48,14 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", default=",".join(label.split()[0] for label in MODELS),
+                    help="rows to run, by the first word of their label (default: all)")
     args = ap.parse_args()
+    chosen = args.models.split(",")
+    unknown = set(chosen) - {label.split()[0] for label in MODELS}
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(sorted(unknown))}; choose from "
+                 f"{', '.join(label.split()[0] for label in MODELS)}")
     torch.set_num_threads(args.threads)
     load = os.getloadavg()[0]
     print(f"{args.tokens} greedy tokens after a {args.prompt}-token prompt; torch "
@@ -55,6 +65,8 @@ def main() -> None:
           f"{'min':>6} {'max':>6} same")
     lowest = float("inf")
     for label, (preset, changes) in MODELS.items():
+        if label.split()[0] not in chosen:
+            continue
         cfg = replace(get_preset(preset).model, **changes)
         torch.manual_seed(0)
         model = Transformer(cfg).eval()

@@ -4,11 +4,15 @@ of this machine's fp32 matmul peak, measured in the same run.
 FLOPs per token = 6N (N = non-embedding parameters + the LM head matmul) plus
 attention, 12 * L * T * d per token (forward + backward of QK^T and PV, causal
 masking not subtracted). Peak = the best of a few large square torch.mm calls, measured
-before and after the models (the best of both). Times are CPU time of this process
-(time.process_time), so other load on the machine does not count against either side.
+right before and right after each model's steps in this run (the best of both), so the
+fraction divides by the peak of the same minutes, never by a stored one. Times are CPU
+time of this process (time.process_time), so other load on the machine counts against
+neither side directly; it still moves both (shared caches, memory bandwidth), so each
+row is measured `--repeats` times and the median, lowest and highest fraction printed.
 `--compile` adds torch.compile'd rows (minutes of compilation on a CPU).
 
-    python bench/train_throughput.py [--threads 1] [--steps 10] [--batch 16] [--seq 128] [--compile]
+    python bench/train_throughput.py [--threads 1] [--steps 10] [--batch 16] [--seq 128]
+                                     [--repeats 3] [--compile]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import statistics
 import time
 from dataclasses import replace
 
@@ -77,28 +82,37 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3, help="measurements of each row")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    peak = matmul_peak()
-    rows = []
-    for d in (128, 256):
-        for compiled in (False, True) if args.compile else (False,):
-            mode = "compiled" if compiled else "eager"
-            try:
-                tps, fpt = measure(d, compiled, args.steps, args.batch, args.seq)
-            except Exception as e:  # torch.compile needs a working C++ toolchain
-                print(f"{d:>7} {mode:>8}  skipped: torch.compile failed "
-                      f"({type(e).__name__}: {str(e).splitlines()[0][:80]})")
-                continue
-            rows.append((d, mode, tps, tps * fpt))
-    peak = max(peak, matmul_peak())
+    loads = [os.getloadavg()[0]]
+    rows: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+    for _ in range(args.repeats):
+        for d in (128, 256):
+            for compiled in (False, True) if args.compile else (False,):
+                mode = "compiled" if compiled else "eager"
+                before = matmul_peak()
+                try:
+                    tps, fpt = measure(d, compiled, args.steps, args.batch, args.seq)
+                except Exception as e:  # torch.compile needs a working C++ toolchain
+                    print(f"{d:>7} {mode:>8}  skipped: torch.compile failed "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                    continue
+                peak = max(before, matmul_peak())
+                rows.setdefault((d, mode), []).append((tps, tps * fpt, peak))
+        loads.append(os.getloadavg()[0])
+    peaks = [p for runs in rows.values() for _, _, p in runs]
     print(f"{datetime.date.today()}; threads {args.threads}; 1-min load average "
-          f"{os.getloadavg()[0]:.2f}; fp32 matmul peak {peak / 1e9:.1f} GFLOP/s per CPU-second "
-          "(2048^3 torch.mm)")
-    print(f"{'d_model':>7} {'mode':>8} {'tokens/CPU-s':>13} {'GFLOP/s':>8} {'of peak':>8}")
-    for d, mode, tps, achieved in rows:
-        print(f"{d:>7} {mode:>8} {tps:>13,.0f} {achieved / 1e9:>8.1f} {achieved / peak:>8.1%}")
+          f"{min(loads):.1f}-{max(loads):.1f}; fp32 matmul peak {min(peaks) / 1e9:.1f}-"
+          f"{max(peaks) / 1e9:.1f} GFLOP/s per CPU-second (2048^3 torch.mm, around each row)")
+    print(f"{'d_model':>7} {'mode':>8} {'tokens/CPU-s':>13} {'GFLOP/s':>8} {'of peak':>8} "
+          f"{'lowest':>7} {'highest':>7}  ({args.repeats} measurements, median)")
+    for (d, mode), runs in rows.items():
+        fractions = [achieved / peak for _, achieved, peak in runs]
+        print(f"{d:>7} {mode:>8} {statistics.median(r[0] for r in runs):>13,.0f} "
+              f"{statistics.median(r[1] for r in runs) / 1e9:>8.1f} "
+              f"{statistics.median(fractions):>8.1%} {min(fractions):>7.1%} {max(fractions):>7.1%}")
 
 
 if __name__ == "__main__":

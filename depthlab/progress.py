@@ -9,13 +9,17 @@ says where the work is, the latest figures (loss, tokens/s) and the time left:
     residual 2/4 residual-4L-s1: step 120/300 (40%), loss 2.314, 5,432 tokens/s, 1m02s, ETA 1m33s
 
 The trainer, the experiment runner and export-page all report through `Progress`.
+Items of unequal cost (the runs of a depth sweep: 1 to 12 layers) get `weights`, their
+planned work, and the time left is the work left at the rate measured on the work done:
+the first, smallest runs' rate per run would promise a fraction of the real time.
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 # Seconds between plain lines: under the 30 s a log reader should ever wait, with room
@@ -55,15 +59,21 @@ class Progress:
     for every report (coarse units); otherwise at most one per `interval` seconds
     (default LOG_INTERVAL_S, read when the bar is made). initial=None: the count at
     the start is unknown (a run resumed inside train()); the rate starts at the first report.
+    weights: the planned work of each item, in any unit (the runner: FLOPs of a run),
+    so the ETA is work left / work done since the base point x the time that took.
     `stream`, `tty`, `clock` and `interval` are there so tests can drive it.
     """
 
     def __init__(self, total: int, *, desc: str, unit: str = "step", initial: int | None = 0,
                  enabled: bool = True, each_item: bool = False, leave: bool = True,
                  stream: TextIO | None = None, tty: bool | None = None,
-                 interval: float | None = None,
+                 interval: float | None = None, weights: Sequence[float] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.total, self.desc, self.unit = total, desc, unit
+        if weights is not None and (len(weights) != total or min(weights, default=1) <= 0):
+            raise ValueError(f"weights: {total} positive numbers, one per {unit}")
+        # work[i]: the work of the first i items (i items when no weights are given)
+        self.work = [0.0, *itertools.accumulate(weights)] if weights is not None else None
         self.stream = stream if stream is not None else sys.stderr
         self.each_item, self.clock = enabled and each_item, clock
         self.interval = LOG_INTERVAL_S if interval is None else interval
@@ -76,14 +86,17 @@ class Progress:
         if tty if tty is not None else _isatty(self.stream):
             from tqdm import tqdm
 
+            # with weights, tqdm's own remaining time (items left at the mean item's time)
+            # is replaced by ours, written beside the figures
+            fmt = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]" if self.work else None
             self.bar = tqdm(total=total, initial=self.done, desc=desc, unit=unit, leave=leave,
-                            dynamic_ncols=True, file=self.stream)
+                            dynamic_ncols=True, file=self.stream, bar_format=fmt)
         else:
             self.as_lines = True
-            now = clock()
-            self._started = self._last_line = now
-            if initial is not None:
-                self._base = (self.done, now)
+        now = clock()
+        self._started = self._last_line = now
+        if initial is not None:
+            self._base = (self.done, now)
 
     def skip(self, done: int) -> None:
         """`done` units were already finished (a resumed run, a finished run skipped):
@@ -92,22 +105,26 @@ class Progress:
         if self.bar is not None:
             self.bar.n = self.bar.last_print_n = done
             self.bar.refresh()
-        elif self.as_lines:
+        if self.as_lines or self.bar is not None:
             self._base = (done, self.clock())
 
     def report(self, done: int, **stats: object) -> None:
         """`done` units are finished; `stats` (loss=, tokens_per_s=, a label) go beside it."""
+        self.done = done
+        now = self.clock()
+        if self._base is None and (self.as_lines or self.bar is not None):
+            self._base = (done, now)  # the count before the first report is unknown
         if self.bar is not None:
-            self.bar.update(done - self.bar.n)
             text = format_stats(stats)
+            if self.work:
+                eta = self.eta(now)
+                text = ", ".join(p for p in (text, "ETA " + (
+                    "unknown" if eta is None else format_duration(eta))) if p)
             if text:
                 self.bar.set_postfix_str(text, refresh=False)
-        self.done = done
+            self.bar.update(done - self.bar.n)
         if not self.as_lines:
             return
-        now = self.clock()
-        if self._base is None:  # the count before the first report is unknown
-            self._base = (done, now)
         if self.each_item or now - self._last_line >= self.interval:
             self._last_line = now
             self._emit(self.line(now, stats))
@@ -122,13 +139,16 @@ class Progress:
         return ", ".join(p for p in parts if p)
 
     def eta(self, now: float) -> float | None:
-        """Seconds left at the mean rate since the base point; None before any progress."""
+        """Seconds left: the work left at the rate measured since the base point (work
+        done / time taken); None before any progress."""
         if self._base is None:
             return None
         base_done, base_t = self._base
         if self.done <= base_done or now <= base_t:
             return None if self.done < self.total else 0.0
-        return (self.total - self.done) * (now - base_t) / (self.done - base_done)
+        work = self.work or range(self.total + 1)
+        left, done = work[self.total] - work[self.done], work[self.done] - work[base_done]
+        return left * (now - base_t) / done
 
     def _emit(self, text: str) -> None:
         sys.stdout.flush()  # keep order with what stdout printed before, when both go to a log

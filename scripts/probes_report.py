@@ -28,6 +28,9 @@ from depthlab.probes import (
 SEEDS = range(10)
 IMPROVED = dict(residual="scaled", norm="rmsnorm")  # x + F(RMSNorm(x)) / sqrt(N)
 BEGIN, END = "<!-- probe-table:begin -->", "<!-- probe-table:end -->"
+# the orders of magnitude a sentence of docs/probes.md quotes: the tested seeds
+ORDERS_BEGIN, ORDERS_END = "<!-- probe-orders:begin -->", "<!-- probe-orders:end -->"
+ORDERS_SEEDS = (range(10), range(1000, 1010))  # tests/test_probes.py runs on both
 
 
 def _fmt(v: float) -> str:
@@ -106,6 +109,23 @@ def rows() -> list[tuple[str, str, str, str]]:
     return out
 
 
+def orders(seed: int) -> float:
+    """Orders of magnitude between the plain stack's bottom/top gradient ratio at g = 2
+    and at g = 0.5 (N 32)."""
+    ratio = lambda g: gradient_reach(StackRequest(seed=seed, gain=g)).ratio
+    return math.log10(ratio(2.0) / ratio(0.5))
+
+
+def orders_text() -> str:
+    """The range of `orders` over each group of tested seeds, as docs/probes.md says it."""
+    parts = []
+    for seeds in ORDERS_SEEDS:
+        values = [orders(s) for s in seeds]
+        parts.append(f"{min(values):.1f}-{max(values):.1f}" + (
+            " orders of magnitude" if not parts else "") + f" over seeds {seeds[0]}-{seeds[-1]}")
+    return ", ".join(parts)
+
+
 def markdown() -> str:
     lines = ["| quantity | setting | lesson | ours (seed 0; range over seeds 0-9) |",
              "| --- | --- | --- | --- |"]
@@ -128,7 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
         raise SystemExit(f"{path}: no {BEGIN} ... {END} markers")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table}{END}", text), encoding="utf-8")
+    text = pattern.sub(lambda _: f"{BEGIN}\n{table}{END}", text)
+    orders_at = re.compile(re.escape(ORDERS_BEGIN) + ".*?" + re.escape(ORDERS_END), re.S)
+    text = orders_at.sub(lambda _: f"{ORDERS_BEGIN}{orders_text()}{ORDERS_END}", text)
+    path.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

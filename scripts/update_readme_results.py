@@ -5,9 +5,12 @@
 
 Copies each experiment's export.json and its charts to docs/results/ and replaces the
 text between the results markers in README.md with each experiment's table and
-conclusions, so every number in that section comes from an export.json.
-`tests/test_readme_results.py` renders the section again from the copies in
-docs/results/ and checks that the README says exactly that.
+conclusions, so every number in that section comes from an export.json. Before that,
+the rule sentences of each copy that carries per-seed final losses (`per_seed`) are
+rendered again from them by the experiment's `reword`, so a change of wording or rule
+reaches the README without training again. `tests/test_readme_results.py` renders the
+section and those sentences again from the copies in docs/results/ and checks that the
+README and the copies say exactly that.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from depthlab.experiments import EXPERIMENTS
+from depthlab.experiments import EXPERIMENTS, get_experiment
 from depthlab.experiments.report import summary_markdown
+from depthlab.rundir import atomic_write_text
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 EXPLAINING_CHARTS = {"collapse", "first_token"}  # why: the collapse, the sink per layer
@@ -85,6 +89,24 @@ def copy_exports(runs: Path) -> None:
             shutil.copyfile(runs / name / png, RESULTS / png)
 
 
+def reworded(export: dict) -> list[dict]:
+    """The export's conclusions, the rule sentences rendered again from its per-seed
+    losses where it has them and its experiment knows how."""
+    reword = get_experiment(export["experiment"]).reword
+    return reword(export) if reword and "per_seed" in export else export["conclusions"]
+
+
+def reword_committed() -> None:
+    for name in EXPERIMENTS:
+        path = RESULTS / f"{name}.export.json"
+        if path.exists():
+            export = json.loads(path.read_text(encoding="utf-8"))
+            if reworded(export) != export["conclusions"]:
+                export["conclusions"] = reworded(export)
+                atomic_write_text(path, json.dumps(export, ensure_ascii=False, allow_nan=False,
+                                                   indent=1))
+
+
 def main() -> int:
     runs = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/standard")
     readme = ROOT / "README.md"
@@ -93,6 +115,7 @@ def main() -> int:
         print(f"README.md has no {START} ... {END} markers", file=sys.stderr)
         return 2
     copy_exports(runs)
+    reword_committed()
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     readme.write_text(head + section(committed_exports()) + tail, encoding="utf-8")

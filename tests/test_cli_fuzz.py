@@ -497,6 +497,8 @@ case("anatomy-nested-config", lambda tmp, w: ["anatomy", text_file(tmp, NESTED)]
 
 for _argv in (["no-such-experiment"], ["residual", "--budget", "huge"],
               ["residual", "--seeds", "0"], ["residual", "--seeds", "99"],
+              ["residual", "--seeds", "1,x"], ["residual", "--seeds", "3-1"],
+              ["residual", "--seeds", "1,1"], ["residual", "--seeds", "0-10"],
               ["residual", "--budget", "micro", "--corpus", "/dev/zero"]):
     case("experiment-" + "_".join(_argv),
          lambda tmp, w, a=_argv: ["experiment", *a, "--out", str(tmp / "exp"), "--no-progress"])

@@ -126,35 +126,87 @@ def test_largest_trained_lr_and_xiong_profile():
     from depthlab.experiments.baselines import Baselines
     from depthlab.experiments.init_gradients import xiong_profile
     from depthlab.experiments.placement import largest_trained_lr
-    from depthlab.experiments.spec import RunResult, RunSpec
 
     base = Baselines(unigram=3.3, bigram=2.5, tokens=100, windows=2, val_tokens=1000)
-
-    def run(loss):
-        return RunResult(RunSpec("a", 0, None, "a"), Path("."), [
-            {"kind": "eval", "step": 10, "val_loss": loss},
-            {"kind": "run_end", "step": 10, "status": "completed"}])
-
-    arms = {"post-nowarmup-lr0.002": [run(2.0)], "post-nowarmup-lr0.003": [run(2.1)],
-            "post-nowarmup": [run(3.29)]}
-    assert largest_trained_lr(arms, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) == 3e-3
-    arms["post-nowarmup-lr0.002"] = [run(3.31)]
-    arms["post-nowarmup-lr0.003"] = [run(3.28)]  # within 5% of unigram - bigram: stuck
-    assert largest_trained_lr(arms, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) is None
+    done = [True]
+    finals = {"post-nowarmup-lr0.002": ([2.0], done), "post-nowarmup-lr0.003": ([2.1], done),
+              "post-nowarmup": ([3.29], done)}
+    assert largest_trained_lr(finals, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) == 3e-3
+    finals["post-nowarmup-lr0.003"] = ([2.1], [False])  # did not complete: does not train
+    assert largest_trained_lr(finals, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) == 2e-3
+    finals["post-nowarmup-lr0.002"] = ([3.31], done)
+    finals["post-nowarmup-lr0.003"] = ([3.28], done)  # within 5% of unigram - bigram: stuck
+    assert largest_trained_lr(finals, "post", "nowarmup", [2e-3, 3e-3, 5e-3], 5e-3, base) is None
     assert "both agree" in xiong_profile(2.0, 1.0)["en"]
     mixed = xiong_profile(1.02, 0.30)["en"]
     assert "Post-LN's is flat" in mixed and "Pre-LN's falls toward the output" in mixed
     assert "Post-LN and Pre-LN differ" in mixed
 
 
-def test_plateau_depth_is_where_the_models_without_residual_stop_leaving():
-    from depthlab.experiments.residual import plateau_depth
+def plateau_export(none: dict[int, list[float]], plain: float = 1.9) -> dict:
+    """A constructed residual export.json: the final losses per depth and seed."""
+    per_seed = {}
+    for d, values in none.items():
+        for res, vs in (("none", values), ("plain", [plain] * len(values))):
+            per_seed[f"L{d}-{res}"] = {"seed": list(range(len(vs))), "final_val_loss": vs,
+                                       "completed": [True] * len(vs), "steps": 500}
+    return {"experiment": "residual", "per_seed": per_seed,
+            "baselines": {"unigram": 3.3045, "bigram": 2.4943, "tokens": 100, "windows": 2,
+                          "val_tokens": 1000},
+            "conclusions": [{"en": "gap", "zh": "gap"}] * 3 + [{"en": "kept", "zh": "kept"}]}
 
-    depths = [1, 2, 3, 4, 6]
-    assert plateau_depth(depths, {1: True, 2: True, 3: False, 4: False, 6: False}) == 3
-    assert plateau_depth(depths, {1: True, 2: False, 3: True, 4: False, 6: False}) == 4
-    assert plateau_depth(depths, dict.fromkeys(depths, True)) is None
-    assert plateau_depth(depths, dict.fromkeys(depths, False)) == 1
+
+def test_plateau_rule_is_applied_per_seed_as_well_as_to_the_mean():
+    """1 of 3 seeds leaves the plateau at 2 layers while their mean stays (its spread is
+    larger than its distance): the sentence says both, and no 'no model from 2 layers on'.
+    The margin is 5% of unigram - bigram = 0.0405 nats, the rule's wording gives it."""
+    from depthlab.experiments.residual import reword
+
+    export = plateau_export({1: [2.10, 2.12, 2.15], 2: [2.60, 3.305, 3.306],
+                             3: [3.305, 3.3055, 3.306], 4: [3.305, 3.3055, 3.306]})
+    out = reword(export)
+    assert out[3] == {"en": "kept", "zh": "kept"}  # sentences that need the runs stay
+    plateau = out[1]["en"]
+    assert plateau.startswith("Without residual, in 500 steps: at 1 layer every seed leaves "
+                              "the plateau (3 of 3), and so does their mean; at 2 layers 1 of 3 "
+                              "seeds leave it but their mean does not")
+    assert "from 3 layers on no seed leaves it (0 of 3 at each depth)" in plateau
+    assert "more than 5% of the unigram-bigram distance (0.041 nats)" in plateau
+    assert "more than that and more than the seeds' spread" in plateau
+    assert "from 2 layers on" not in plateau
+    assert "1 of 3 seeds alone end below it by more than 0.041 nats" in out[2]["en"]
+    zh = out[1]["zh"]
+    assert "2 层有 1 个种子（共 3 个）离开了平台，但种子均值没有" in zh and "（0.041 nats）" in zh
+    # a seed just inside the margin does not leave; one just beyond it does
+    edge = plateau_export({1: [3.3045 - 0.0404] * 3, 2: [3.3045 - 0.0406] * 3})
+    words = reword(edge)[1]["en"]
+    assert "at 1 layer no seed leaves the plateau (0 of 3)" in words
+    assert "at 2 layers every seed leaves the plateau (3 of 3), and so does their mean" in words
+    one = plateau_export({1: [2.1], 2: [3.30], 3: [3.306]})
+    assert "at 1 layer every seed leaves the plateau (1 of 1)" in reword(one)[1]["en"]
+    assert "from 2 layers on no seed leaves it" in reword(one)[1]["en"]
+
+
+def test_norm_placement_names_the_margin_and_the_seeds_alone():
+    """Post-Norm without warmup at 4e-3: 1 of 3 seeds trains, the mean (2.83) is below
+    the plateau but not by its spread: the largest lr stays 3e-3 and the seed is named."""
+    from depthlab.experiments.baselines import Baselines
+    from depthlab.experiments.placement import ARMS, HIGH_LR, arm_name, largest_lr_sentence
+
+    base = Baselines(unigram=3.3045, bigram=2.4943, tokens=100, windows=2, val_tokens=1000)
+    lrs = [3e-3, 4e-3, 5e-3]
+    finals = {arm_name(p, w, lr, HIGH_LR): ([1.9, 1.91, 1.92], [True] * 3)
+              for p, w, _, _ in ARMS for lr in lrs}
+    finals[arm_name("post", "nowarmup", 4e-3, HIGH_LR)] = ([1.8728, 3.3059, 3.3062], [True] * 3)
+    finals[arm_name("post", "nowarmup", 5e-3, HIGH_LR)] = ([3.3045, 3.3055, 3.3062], [True] * 3)
+    finals[arm_name("post", "warmup", 5e-3, HIGH_LR)] = ([1.85, 1.86, 1.87], [True, True, False])
+    words = largest_lr_sentence(finals, lrs, HIGH_LR, base)
+    en = words["en"]
+    assert "more than 5% of the unigram-bigram distance, 0.041 nats" in en
+    assert "Post-Norm without warmup 0.003 (seeds alone: 1 of 3 train at 0.004)" in en
+    assert "Post-Norm with warmup 0.004 (seeds alone: 2 of 3 train at 0.005)" in en
+    assert "Pre-Norm with warmup 0.005," in en
+    assert "0.004 时 3 个中 1 个能训练" in words["zh"]
 
 
 def test_stuck_depths_are_placed_at_above_or_below_the_unigram_within_their_spread():
@@ -169,9 +221,10 @@ def test_stuck_depths_are_placed_at_above_or_below_the_unigram_within_their_spre
               (4, "none"): [3.3050, 3.3056, 3.3058], (6, "none"): [3.10, 3.101, 3.102]}
     left = {1: True, 2: False, 3: False, 4: False, 6: False}
     words = _unigram_level([1, 2, 3, 4, 6], left, finals, base, seeds=3)["en"]
-    assert words.startswith("Without residual, 2, 3, 4, 6 layers do not leave the plateau")
-    assert ("2 layers end -0.2245 nats from it, within their seed spread (up to ±0.3400): not "
-            "distinguishable from it") in words
+    assert words.startswith("By the rule for the seed mean, 2, 3, 4, 6 layers without "
+                            "residual stay on the plateau")
+    assert ("2 layers end -0.2245 nats from it, within their seed spread (up to ±0.3400): their "
+            "mean is not distinguishable from it, but 1 of 3 seeds alone end below it") in words
     assert "3, 4 layers end +0.0010 to +0.0011 nats from it, above it beyond" in words
     assert "6 layers end -0.2035 nats from it, below it beyond their seed spread" in words
     one = _unigram_level([3], {3: False}, {(3, "none"): [3.3055]}, base, seeds=1)["en"]
@@ -259,6 +312,15 @@ def test_residual_export_draws_depth_with_spread_and_the_collapse(micro_runs):
     assert {"collapse", "lr", "input_dependence"} <= {c["id"] for c in placement["charts"]}
     assert any(c["en"].startswith("Largest learning rate of 0.002, 0.005")
                for c in placement["conclusions"])
+
+
+@pytest.mark.parametrize("name", ["residual", "norm-placement"])
+def test_reword_renders_from_per_seed_what_the_analysis_wrote(micro_runs, name):
+    export = json.loads((micro_runs / name / "export.json").read_text())
+    runs = export["per_seed"]
+    assert sum(len(r["final_val_loss"]) for r in runs.values()) == len(
+        list((micro_runs / name / "runs").iterdir()))
+    assert get_experiment(name).reword(export) == export["conclusions"]
 
 
 def test_rerun_skips_finished_runs(micro_runs, monkeypatch):
@@ -400,6 +462,10 @@ def test_sentences_fill_each_language_with_its_own_words():
     assert "1 个种子" in one["zh"]
     noisy = gap_sentence(same("x"), [3.0, 3.4], [3.1, 3.5], same("a"), same("b"))
     assert "no difference is claimed" in noisy["en"] and "2 seeds, spread ±0.4000" in noisy["en"]
+    assert "2 seeds, spread ±0.4000; seed by seed, b ends higher in 2 of 2)" in noisy["en"]
+    split = gap_sentence(same("x"), [3.0, 3.4, 3.2], [3.1, 3.3, 3.2], same("a"), same("b"))
+    assert "seed by seed, b ends higher in 1 of 3)" in split["en"]  # a tie is not higher
+    assert "逐个种子对比，b在 3 个中有 1 个更高" in split["zh"]
     lower = gap_sentence(same("x"), [3.0, 3.01], [2.0, 2.01], same("a"), same("b"))
     assert "ends 1.0000 nats lower than a" in lower["en"] and "低 1.0000 nats" in lower["zh"]
     assert "diverged" in gap_sentence(same("x"), [3.0], [float("inf")], same("a"), same("b"))["en"]

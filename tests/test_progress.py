@@ -66,6 +66,70 @@ def test_unknown_start_waits_for_a_second_report_before_an_eta():
     assert second.endswith("ETA 24s")  # 10 steps in 5 s, 49 to go: 24.5 s
 
 
+def eta_seconds(line: str) -> int:
+    m = re.search(r"ETA (?:(\d+)m)?(\d+)s$", line)
+    return 60 * int(m.group(1) or 0) + int(m.group(2))
+
+
+def test_eta_of_unequal_runs_is_their_work_left_at_the_measured_rate():
+    """A depth sweep in miniature: runs of 1, 1, 2, 2, 4, 4, 8, 8 units of work, each
+    taking 10 s per unit. After every run the time left is exactly the true time left;
+    the mean time per run so far would say a quarter of it at half way (1 min, not 4)."""
+    work = [1, 1, 2, 2, 4, 4, 8, 8]
+    bar, clock, stream = log_progress(total=len(work), unit="run", each_item=True,
+                                      weights=work)
+    for i, w in enumerate(work, start=1):
+        clock.now += 10 * w
+        bar.report(i)
+    lines = stream.getvalue().splitlines()
+    assert [eta_seconds(line) for line in lines] == [10 * sum(work[i:]) for i in
+                                                     range(1, len(work) + 1)]
+    assert lines[3].startswith("demo: run 4/8 (50%)") and lines[3].endswith("ETA 4m00s")
+    plain, clock, stream = log_progress(total=len(work), unit="run", each_item=True)
+    for i, w in enumerate(work[:4], start=1):
+        clock.now += 10 * w
+        plain.report(i)
+    assert stream.getvalue().splitlines()[-1].endswith("ETA 1m00s")  # runs, not work
+
+
+def test_skipped_runs_of_unequal_work_do_not_count_toward_the_rate():
+    bar, clock, stream = log_progress(total=4, unit="run", each_item=True, weights=[5, 1, 1, 3])
+    bar.skip(1)  # the big first run was finished before
+    clock.now += 10  # the second (1 unit) takes 10 s
+    bar.report(2)
+    assert stream.getvalue().splitlines() == ["demo: run 2/4 (50%), 10s, ETA 40s"]
+
+
+@pytest.mark.parametrize("weights", [[1, 2], [1, 0, 1], [1, -1, 2]])
+def test_weights_are_one_positive_number_per_item(weights):
+    with pytest.raises(ValueError, match="weights: 3 positive numbers, one per run"):
+        Progress(3, desc="x", unit="run", weights=weights, enabled=False)
+
+
+def test_the_runner_weighs_the_depth_sweep_by_its_depths():
+    from depthlab.experiments import BUDGETS, get_experiment
+    from depthlab.experiments.runner import planned_work
+    from depthlab.experiments.spec import base_config
+
+    b = BUDGETS["quick"]
+    specs = get_experiment("residual").grid(base_config(b), b, 1)
+    first = planned_work(specs[0])
+    for spec in specs:  # same steps and width: the work grows with the layers exactly
+        assert planned_work(spec) / first == pytest.approx(spec.cfg.model.n_layers, rel=1e-12)
+    longer = replace(specs[0].cfg, train=replace(specs[0].cfg.train, steps=2 * b.sweep_steps))
+    assert planned_work(replace(specs[0], cfg=longer)) > 1.9 * first
+
+
+def test_a_terminal_bar_with_weights_shows_the_weighted_eta():
+    clock, stream = FakeClock(), io.StringIO()
+    bar = Progress(3, desc="demo", unit="run", stream=stream, tty=True, clock=clock,
+                   weights=[1, 1, 8])
+    clock.now += 10
+    bar.report(1)
+    bar.close()
+    assert "ETA 1m30s" in stream.getvalue()
+
+
 def test_disabled_prints_nothing():
     bar, clock, stream = log_progress(enabled=False, interval=0)
     clock.now += 60

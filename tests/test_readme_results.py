@@ -42,3 +42,11 @@ def test_an_export_of_another_budget_is_not_shown_as_standard(tmp_path, monkeypa
     exports = script.committed_exports()
     assert exports["residual"] is None
     assert "Not run at `standard` yet: `depthlab experiment residual" in script.section(exports)
+
+
+def test_rule_sentences_of_the_committed_exports_are_their_per_seed_rendering():
+    script = load_script()
+    exports = {n: e for n, e in script.committed_exports().items() if e and "per_seed" in e}
+    assert {"residual", "norm-placement"} <= set(exports)
+    for name, export in exports.items():
+        assert script.reworded(export) == export["conclusions"], name

@@ -27,7 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", default="quick",
                    help="micro (seconds, tests), quick (minutes; the main job), standard (the "
                    "README's figures), full (a GPU); default: quick")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: the budget's)")
+    p.add_argument("--seeds", default=None, metavar="N|S,S,..",
+                   help="seeds of every arm: a count N (seeds 0..N-1) or the seeds themselves, "
+                   "0,1,2 or 1000-1002 (one: 7,); default: the budget's count (stream-rms: one seed "
+                   "unless they are named)")
     p.add_argument("--out", default="runs", metavar="DIR", help="output folder (default: runs)")
     p.add_argument("--corpus", default=None, metavar="NAME|PATH",
                    help="corpus for training runs (default: shakespeare)")
@@ -71,6 +74,9 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
+    from depthlab.experiments.spec import parse_seeds
+
+    seeds = None if args.seeds is None else parse_seeds(args.seeds)  # bad text: one line, exit 2
     from depthlab.experiments import run_experiment
     from depthlab.outdir import check_location
 
@@ -80,7 +86,7 @@ def handle(args: argparse.Namespace) -> int:
 
     command = "depthlab " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     root = run_experiment(args.name, budget=args.budget, out_dir=check_location(args.out),
-                          seeds=args.seeds,
+                          seeds=seeds,
                           corpus=args.corpus, progress=not args.no_progress, command=command,
                           rerun=args.rerun, threads=args.threads)
     print((root / "summary.md").read_text(encoding="utf-8"))

@@ -39,6 +39,18 @@ def final_values(runs: list[RunResult]) -> list[float]:
     return [r.final_val_loss if r.final_val_loss is not None else math.nan for r in runs]
 
 
+def per_seed(arms: dict[str, list[RunResult]]) -> dict[str, dict]:
+    """export.json's `per_seed`: each arm's seeds, final validation losses (None: none
+    logged), whether each run completed, and its planned steps; what a rule applied per
+    seed is read from, and rendered again from (Experiment.reword)."""
+    return {arm: {"seed": [r.spec.seed for r in runs],
+                  "final_val_loss": [r.final_val_loss for r in runs],
+                  "completed": [bool(r.end and r.end.get("status") == "completed")
+                                for r in runs],
+                  "steps": runs[0].spec.cfg.train.steps}
+            for arm, runs in arms.items()}
+
+
 def diverged(runs: list[RunResult]) -> bool:
     return any(r.end and r.end.get("status") == "failed" for r in runs)
 
@@ -76,10 +88,16 @@ def seed_note(seeds: int, noise: float) -> Text:
 
 def gap_sentence(what: Text, a: list[float], b: list[float], a_name: Text,
                  b_name: Text) -> Text:
-    """How b's final losses compare with a's, claimed only beyond the seed spread."""
+    """How b's final losses compare with a's, claimed only beyond the seed spread, and
+    seed by seed: in how many of the seeds (same seed, both arms) b ends higher. a and b
+    are in seed order, as by_arm gives them."""
     gap, real = compare(a, b)
     names = {"what": what, "a": a_name, "b": b_name, "a_loss": fmt(a), "b_loss": fmt(b)}
     note = seed_note(min(len(a), len(b)), spread(a) + spread(b))
+    if len(a) == len(b) >= 2 and all(math.isfinite(v) for v in a + b):
+        # the same comparison seed by seed: the lists are in seed order, the same seeds
+        note = phrase("note.by_seed", note=note, b=b_name, n=len(a),
+                      k=sum(y > x for x, y in zip(a, b, strict=True)))
     if not math.isfinite(gap):
         return phrase("gap.diverged", **names)
     if not real:

@@ -35,6 +35,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     base_config,
     specs_over_seeds,
     variant,
@@ -45,7 +46,7 @@ from depthlab.experiments.wording import Text, joined, phrase, same
 WIDE = ("wide-no-gate", "wide-gate")  # the pair of Budget.wide, beside the course-scale one
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     """The course model with and without the gate; where the budget names one, the same
     pair wider and longer (Budget.wide), to see whether a sink forms at all on a CPU."""
     arms = [("no-gate", "no gate", base),

@@ -76,9 +76,23 @@ def baselines(cfg: Config) -> Baselines:
     return Baselines(unigram, bigram, len(target), windows, len(data.val))
 
 
+def seed_margin(base: Baselines) -> float:
+    """How far below the unigram level one seed must end: PLATEAU_MARGIN of the
+    unigram-bigram distance, in nats."""
+    return PLATEAU_MARGIN * (base.unigram - base.bigram)
+
+
 def plateau_margin(values: list[float], base: Baselines) -> float:
-    return max(spread(values), PLATEAU_MARGIN * (base.unigram - base.bigram))
+    """The margin for a seed mean: the seed margin, or the seeds' spread if larger."""
+    return max(spread(values), seed_margin(base))
 
 
 def left_plateau(values: list[float], base: Baselines) -> bool:
+    """The rule for a seed mean: below the unigram level by more than plateau_margin."""
     return mean(values) < base.unigram - plateau_margin(values, base)
+
+
+def seeds_left(values: list[float], base: Baselines) -> int:
+    """The rule applied to each seed alone: how many end below the unigram level by more
+    than the seed margin (a diverged seed, None or nan, does not)."""
+    return sum(1 for v in values if v is not None and v < base.unigram - seed_margin(base))

@@ -39,6 +39,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
     with_steps,
@@ -88,7 +89,7 @@ def arm_config(base: Config, arm: Arm, depth: int, steps: int) -> Config:
                         f"not available in this build: {e}") from None
 
 
-def grid(base: Config, b: Budget, seeds: int,
+def grid(base: Config, b: Budget, seeds: Seeds,
          only: Collection[str] | None = None) -> list[RunSpec]:
     """Every arm of the budget's plan (or the named subset `only`), each over `seeds`."""
     unknown = sorted(set(only or ()) - set(ARM_NAMES))

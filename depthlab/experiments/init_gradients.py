@@ -15,6 +15,8 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
+    at_least,
     specs_over_seeds,
     variant,
 )
@@ -24,7 +26,7 @@ COLORS = {"pre-residual": GREEN, "pre-none": RED, "pre-residual-init0.02": ORANG
           "post-residual-init0.02": BLUE}
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     """The course model with and without residual, and Pre vs Post-Norm at the plain 0.02
     init of Xiong et al. 2020 (the 0.02/sqrt(2L) rule would itself shrink the difference)."""
     deep = variant(base, f"model.n_layers={b.deep}")
@@ -36,7 +38,7 @@ def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
         ("post-residual-init0.02", "Post-Norm, residual, init 0.02",
          variant(plain_init, "model.placement=post")),
     ]
-    return specs_over_seeds(arms, max(seeds, 3), init_only=True)
+    return specs_over_seeds(arms, at_least(seeds, 3), init_only=True)
 
 
 def analyze(results: list[RunResult], b: Budget) -> Report:

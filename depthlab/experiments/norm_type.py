@@ -14,6 +14,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
 )
@@ -22,7 +23,7 @@ from depthlab.experiments.wording import Text, phrase, same
 NORM_COLORS = {"layernorm": BLUE, "rmsnorm": GREEN, "rmsnorm_zero_centered": PURPLE}
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     arms = [(norm, norm, variant(base, f"model.norm={norm}")) for norm in NORM_COLORS]
     return specs_over_seeds(arms, seeds)
 

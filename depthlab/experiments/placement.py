@@ -17,8 +17,16 @@ from depthlab.experiments.analysis import (
     final_values,
     gap_sentence,
     loss_charts,
+    per_seed,
 )
-from depthlab.experiments.baselines import Baselines, baselines, left_plateau
+from depthlab.experiments.baselines import (
+    PLATEAU_MARGIN,
+    Baselines,
+    baselines,
+    left_plateau,
+    seed_margin,
+    seeds_left,
+)
 from depthlab.experiments.mechanism import collapse_chart, collapse_sentence, input_dependence_chart
 from depthlab.experiments.report import BLUE, GREEN, RED, chart, fmt, mean, series
 from depthlab.experiments.spec import (
@@ -27,6 +35,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
 )
@@ -48,7 +57,7 @@ def arm_name(placement: str, warmup: str, lr: float, high_lr: float) -> str:
     return f"{placement}-{warmup}" + ("" if lr == high_lr else f"-lr{lr:g}")
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     """Xiong et al. 2020's setting: plain 0.02 init (as in the 2017 Transformer), half the
     deep stack, a high learning rate; the arms differ in placement and warmup only."""
     warm = max(1, b.steps // 3)
@@ -66,16 +75,29 @@ def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
     return specs_over_seeds(arms, seeds)
 
 
-def trains(runs: list[RunResult], base: Baselines) -> bool:
-    """No seed diverged and the seed mean ends below the plateau (baselines.left_plateau)."""
-    finals = [r.final_val_loss for r in runs]
-    ok = all(r.end and r.end.get("status") == "completed" for r in runs)
-    return ok and None not in finals and left_plateau(finals, base)
+Finals = dict[str, tuple[list[float | None], list[bool]]]  # arm -> final losses, completed
 
 
-def largest_trained_lr(arms: dict[str, list[RunResult]], placement: str, warmup: str,
-                       lrs: list[float], high_lr: float, base: Baselines) -> float | None:
-    trained = [lr for lr in lrs if trains(arms[arm_name(placement, warmup, lr, high_lr)], base)]
+def finals_of(arms: dict[str, list[RunResult]]) -> Finals:
+    return {arm: ([r.final_val_loss for r in runs],
+                  [bool(r.end and r.end.get("status") == "completed") for r in runs])
+            for arm, runs in arms.items()}
+
+
+def trains(values: list[float | None], completed: list[bool], base: Baselines) -> bool:
+    """Every seed completed and the seed mean left the plateau (baselines.left_plateau)."""
+    return all(completed) and None not in values and left_plateau(values, base)
+
+
+def seeds_train(values: list[float | None], completed: list[bool], base: Baselines) -> int:
+    """The rule per seed: completed and below the plateau by the seed margin."""
+    return seeds_left([v if done else None for v, done in zip(values, completed, strict=True)],
+                      base)
+
+
+def largest_trained_lr(finals: Finals, placement: str, warmup: str, lrs: list[float],
+                       high_lr: float, base: Baselines) -> float | None:
+    trained = [lr for lr in lrs if trains(*finals[arm_name(placement, warmup, lr, high_lr)], base)]
     return max(trained) if trained else None
 
 
@@ -95,10 +117,24 @@ def lr_chart(arms: dict[str, list[RunResult]], lrs: list[float], high_lr: float,
                  curves)
 
 
-def largest_lr_sentence(best: dict[tuple[str, str], float | None], lrs: list[float]) -> Text:
-    parts = joined([phrase(f"norm-placement.arm_lr.{w}", placement=p.capitalize(),
-                           lr=phrase("norm-placement.no_lr") if best[(p, w)] is None
-                           else f"{best[(p, w)]:g}") for p, w, _, _ in ARMS], "clause")
+def largest_lr_sentence(finals: Finals, lrs: list[float], high_lr: float,
+                        base: Baselines) -> Text:
+    """The largest lr at which each arm trains by the rule for the seed mean, and beside
+    it every lr where the seeds alone say otherwise (some train, or not all)."""
+    best = {(p, w): largest_trained_lr(finals, p, w, lrs, high_lr, base) for p, w, _, _ in ARMS}
+    parts = []
+    for p, w, _, _ in ARMS:
+        notes = []
+        for lr in lrs:
+            values, completed = finals[arm_name(p, w, lr, high_lr)]
+            k, n = seeds_train(values, completed, base), len(values)
+            if (0 < k < n) or (k == n) != trains(values, completed, base):
+                notes.append(phrase("norm-placement.seeds_at", k=k, n=n, lr=f"{lr:g}"))
+        lr = phrase("norm-placement.no_lr") if best[(p, w)] is None else same(f"{best[(p, w)]:g}")
+        parts.append(phrase(f"norm-placement.arm_lr.{w}", placement=p.capitalize(), lr=lr)
+                     if not notes else phrase(f"norm-placement.arm_lr_seeds.{w}",
+                                              placement=p.capitalize(), lr=lr,
+                                              seeds=joined(notes, "clause")))
     post_w, post_n = best[("post", "warmup")], best[("post", "nowarmup")]
     if len(lrs) == 1:
         verdict = "one_lr"
@@ -107,7 +143,27 @@ def largest_lr_sentence(best: dict[tuple[str, str], float | None], lrs: list[flo
     else:
         verdict = "warmup_does_not_raise"
     return phrase("norm-placement.largest_lr", lrs=", ".join(f"{lr:g}" for lr in lrs),
-                  parts=parts, verdict=phrase(f"norm-placement.verdict.{verdict}"))
+                  parts=joined(parts, "clause"), verdict=phrase(f"norm-placement.verdict.{verdict}"),
+                  share=f"{PLATEAU_MARGIN:.0%}", margin=f"{seed_margin(base):.3f}")
+
+
+def reword(export: dict) -> list[Text]:
+    """export.json's conclusions with the largest-lr sentence (the first) rendered again
+    from its per-seed final losses."""
+    base = Baselines(**{k: export["baselines"][k] for k in
+                        ("unigram", "bigram", "tokens", "windows", "val_tokens")})
+    finals = {arm: (runs["final_val_loss"], runs["completed"])
+              for arm, runs in export["per_seed"].items()}
+    lrs = sorted(float(f"{x / 1000:.6g}") for x in export_lrs(export))
+    out = list(export["conclusions"])
+    out[0] = largest_lr_sentence(finals, lrs, HIGH_LR, base)
+    return out
+
+
+def export_lrs(export: dict) -> list[float]:
+    """The lr grid of an export, in units of 1e-3 (the lr chart's x; one lr: HIGH_LR)."""
+    lr = [c for c in export["charts"] if c["id"] == "lr"]
+    return lr[0]["series"][0]["x"] if lr else [1000 * HIGH_LR]
 
 
 def analyze(results: list[RunResult], b: Budget) -> Report:
@@ -124,7 +180,9 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
     report.charts.append(collapse_chart("collapse", collapsed, post_nowarmup))
     report.charts.append(input_dependence_chart("input_dependence", [
         (arms[arm][0].spec.label, arms[arm][0], *style[arm]) for arm in style]))
-    best = {(p, w): largest_trained_lr(every, p, w, lrs, HIGH_LR, base) for p, w, _, _ in ARMS}
+    finals = finals_of(every)
+    report.per_seed = per_seed(every)
+    best = {(p, w): largest_trained_lr(finals, p, w, lrs, HIGH_LR, base) for p, w, _, _ in ARMS}
     report.table["columns"] = ["arm", f"final val loss at lr {HIGH_LR:g}", "diverged",
                                f"largest lr that trains (of {', '.join(f'{lr:g}' for lr in lrs)})"]
     for p, w, _, _ in ARMS:
@@ -132,7 +190,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
         report.table["rows"].append([runs[0].spec.label, fmt(final_values(runs)),
                                      "yes" if diverged(runs) else "no",
                                      "none" if best[(p, w)] is None else f"{best[(p, w)]:g}"])
-    report.conclusions.append(largest_lr_sentence(best, lrs))
+    report.conclusions.append(largest_lr_sentence(finals, lrs, HIGH_LR, base))
     v = {arm: final_values(runs) for arm, runs in arms.items()}
     report.conclusions.append(gap_sentence(
         same("Post-Norm"), v["post-warmup"], v["post-nowarmup"],
@@ -146,4 +204,4 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
 
 
 EXPERIMENT = Experiment("norm-placement", ("model.placement", "train.warmup_steps", "train.lr"),
-                        grid, analyze)
+                        grid, analyze, reword)

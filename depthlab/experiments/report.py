@@ -112,7 +112,7 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
 
 
 def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
-                  command: str) -> dict[str, Any]:
+                  command: str, seeds: list[int] | None = None) -> dict[str, Any]:
     from depthlab import __version__
 
     export = {
@@ -122,12 +122,15 @@ def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
         "depthlab_version": __version__,
         "command": command,
         "budget": budget,
+        **({"seeds": seeds} if seeds is not None else {}),
         "charts": report.charts,
         "table": report.table,
         "conclusions": report.conclusions,
     }
     if report.baselines is not None:
         export["baselines"] = report.baselines
+    if report.per_seed is not None:
+        export["per_seed"] = report.per_seed
     atomic_write_text(root / EXPORT_FILE,
                       json.dumps(export, ensure_ascii=False, allow_nan=False, indent=1))
     for spec in report.charts:
@@ -138,7 +141,9 @@ def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
 
 def summary_markdown(export: dict[str, Any]) -> str:
     lines = [f"# {export['experiment']}", "", export["question"]["en"], "",
-             f"Budget `{export['budget']}`, exported {export['exported_at']} by depthlab "
+             f"Budget `{export['budget']}`"
+             + (f", seeds {', '.join(map(str, export['seeds']))}" if export.get("seeds") else "")
+             + f", exported {export['exported_at']} by depthlab "
              f"{export['depthlab_version']}: `{export['command']}`", ""]
     table = export["table"]
     if table["columns"]:
@@ -237,6 +242,11 @@ def validate_export(obj: Any) -> list[str]:
         need(isinstance(b, dict) and all(isinstance(b.get(k), int | float)
                                          for k in ("unigram", "bigram", "tokens")),
              "baselines must be {unigram, bigram, tokens, ...} numbers")
+    for arm, runs in (obj.get("per_seed") or {}).items():
+        lists = [runs.get(k) for k in ("seed", "final_val_loss", "completed")]
+        need(all(isinstance(v, list) and len(v) == len(lists[0]) for v in lists)
+             and isinstance(runs.get("steps"), int),
+             f"per_seed[{arm}] must be {{seed, final_val_loss, completed: equal lists, steps}}")
     conclusions = obj.get("conclusions")
     need(isinstance(conclusions, list) and all(is_text(c) for c in conclusions),
          "conclusions must be a list of {en, zh}")

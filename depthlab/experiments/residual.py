@@ -1,12 +1,13 @@
 """The residual ablation as a depth sweep: the course model with and without the two
-`x +` of each block at 1 to 12 layers. Without the residual a deep stack becomes a
-constant predictor within a few dozen steps and stays on the plateau of the unigram
-loss; the sweep finds the depth where that starts, and the probe lines show how.
+`x +` of each block at 1 to 8 layers (quick) or 1 to 12 (standard). Without the residual
+a deep stack becomes a constant predictor within a few dozen steps and stays on the
+plateau of the unigram loss; the sweep finds the depth where that starts, and the probe lines show how.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import groupby
 
 from depthlab.config import Config
 from depthlab.experiments.analysis import (
@@ -16,6 +17,7 @@ from depthlab.experiments.analysis import (
     final_values,
     loss_charts,
     mean_curve,
+    per_seed,
     seed_note,
 )
 from depthlab.experiments.baselines import (
@@ -24,6 +26,8 @@ from depthlab.experiments.baselines import (
     baselines,
     left_plateau,
     plateau_margin,
+    seed_margin,
+    seeds_left,
 )
 from depthlab.experiments.mechanism import collapse_chart, collapse_sentence, input_dependence_chart
 from depthlab.experiments.report import chart, fmt, mean, series, spread
@@ -33,6 +37,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
     with_steps,
@@ -48,7 +53,7 @@ def arm_name(depth: int, residual: str) -> str:
     return f"L{depth}-{residual}"
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     steps = b.sweep_steps or b.steps
     arms = []
     for depth in b.depths:
@@ -66,16 +71,6 @@ def escape_step(runs: list[RunResult], base: Baselines) -> int | None:
     steps, values = mean_curve(runs, "eval", "val_loss")
     return next((s for s, v in zip(steps, values, strict=True) if v < base.unigram - margin),
                 None)
-
-
-def plateau_depth(depths: list[int], left: dict[int, bool]) -> int | None:
-    """The smallest depth from which on no model without residual leaves the plateau."""
-    stuck_from = None
-    for d in reversed(depths):
-        if left[d]:
-            break
-        stuck_from = d
-    return stuck_from
 
 
 def depth_chart(depths: list[int], finals: dict, base: Baselines, seeds: int) -> dict:
@@ -119,10 +114,9 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
         (arms[arm_name(collapse_depth, "plain")][0].spec.label,
          arms[arm_name(collapse_depth, "plain")][0], GREENS[3], True)]))
 
-    left, gaps, noise = depth_table(report, arms, depths, finals, base)
-    report.conclusions.append(_gap_growth(depths, gaps, noise, seeds))
-    report.conclusions.append(_plateau(depths, left, base, b))
-    report.conclusions.append(_unigram_level(depths, left, finals, base, seeds))
+    depth_table(report, arms, depths, finals, base)
+    report.per_seed = per_seed(arms)
+    report.conclusions += rule_sentences(depths, finals, base, b.sweep_steps or b.steps)
     report.conclusions.append(collapse_sentence(collapsed, b.eval_every, phrase(
         "residual.name.collapsed_seed", layers=collapse_depth, seed=collapsed.spec.seed)))
     report.conclusions.append(phrase(
@@ -131,28 +125,53 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
     return report
 
 
+RULE_SENTENCES = slice(0, 3)  # the conclusions rule_sentences writes, first in the list
+
+
+def rule_sentences(depths: list[int], finals: dict, base: Baselines, steps: int) -> list[Text]:
+    """The conclusions that come from the final losses alone: how the gap grows, which
+    depths leave the plateau (per seed and seed mean), where the stuck ones end."""
+    gaps = {d: mean(finals[(d, "none")]) - mean(finals[(d, "plain")]) for d in depths}
+    noise = {d: spread(finals[(d, "plain")]) + spread(finals[(d, "none")]) for d in depths}
+    left = {d: left_plateau(finals[(d, "none")], base) for d in depths}
+    seeds = min(len(v) for v in finals.values())
+    return [_gap_growth(depths, gaps, noise, seeds), _plateau(depths, finals, base, steps),
+            _unigram_level(depths, left, finals, base, seeds)]
+
+
+def reword(export: dict) -> list[Text]:
+    """export.json's conclusions with the rule sentences rendered again from its
+    per-seed final losses (what tests/test_readme_results.py checks the README by)."""
+    base = Baselines(**{k: export["baselines"][k] for k in
+                        ("unigram", "bigram", "tokens", "windows", "val_tokens")})
+    finals, steps = {}, set()
+    for arm, runs in export["per_seed"].items():
+        depth, res = arm[1:].split("-", 1)
+        finals[(int(depth), res)] = runs["final_val_loss"]
+        steps.add(runs["steps"])
+    depths = sorted({d for d, _ in finals})
+    out = list(export["conclusions"])
+    out[RULE_SENTENCES] = rule_sentences(depths, finals, base, steps.pop())
+    return out
+
+
 def depth_table(report: Report, arms: dict[str, list[RunResult]], depths: list[int],
-                finals: dict, base: Baselines) -> tuple[dict, dict, dict]:
-    """The table rows per depth and residual; returns, per depth, whether the model
-    without residual left the plateau, the gap (none - residual) and its seed spread."""
+                finals: dict, base: Baselines) -> None:
+    """The table rows per depth and residual."""
     report.table["columns"] = ["layers", "residual", "final val loss", "gap (none - residual)",
                                "input dependence at the end", "below the plateau from step"]
-    left, gaps, noise = {}, {}, {}
     for d in depths:
         with_res, without = finals[(d, "plain")], finals[(d, "none")]
-        gaps[d] = mean(without) - mean(with_res)
-        noise[d] = spread(with_res) + spread(without)
-        left[d] = left_plateau(without, base)
+        gap = mean(without) - mean(with_res)
         for res, values in (("plain", with_res), ("none", without)):
             runs = arms[arm_name(d, res)]
             dep = mean([r.of("probe")[-1].get("input_dependence", math.nan) for r in runs])
             step = escape_step(runs, base)
             report.table["rows"].append([
-                d, res, fmt(values), f"{gaps[d]:+.4f}" if res == "none" else "", f"{dep:.3f}",
+                d, res, fmt(values), f"{gap:+.4f}" if res == "none" else "", f"{dep:.3f}",
                 "never" if step is None else step])
     report.table["rows"].append(["-", "unigram baseline", f"{base.unigram:.4f}", "", "0", ""])
     report.table["rows"].append(["-", "bigram baseline", f"{base.bigram:.4f}", "", "", ""])
-    return left, gaps, noise
 
 
 def _gap_growth(depths: list[int], gaps: dict, noise: dict, seeds: int) -> Text:
@@ -177,19 +196,46 @@ def _where_it_grows(depths: list[int], gaps: dict) -> Text:
     return phrase("residual.gap.where", **where)
 
 
-def _plateau(depths: list[int], left: dict, base: Baselines, b: Budget) -> Text:
-    margin = PLATEAU_MARGIN * (base.unigram - base.bigram)
-    rule = phrase("residual.plateau.rule", share=f"{PLATEAU_MARGIN:.0%}", margin=f"{margin:.3f}")
-    stuck = plateau_depth(depths, left)
-    steps = b.sweep_steps or b.steps
-    if stuck is None:
-        return phrase("residual.plateau.all_leave", steps=steps, rule=rule)
-    if stuck == depths[0]:
-        return phrase("residual.plateau.none_leave", stuck=stuck, steps=steps, rule=rule)
-    escaped = [d for d in depths if d < stuck and left[d]]
-    return phrase("residual.plateau." + ("some_leave" if len(escaped) > 1 else "one_leaves"),
-                  escaped=_numbers(escaped),
-                  stuck=stuck, steps=steps, rule=rule)
+def plateau_rule(base: Baselines) -> Text:
+    """The rule exactly as baselines.seeds_left and left_plateau apply it."""
+    return phrase("residual.plateau.rule", share=f"{PLATEAU_MARGIN:.0%}",
+                  margin=f"{seed_margin(base):.3f}")
+
+
+def _leaving(values: list[float], base: Baselines) -> str:
+    """'all': every seed and the seed mean leave the plateau; 'none': no seed does;
+    'split': the seeds differ, or the mean disagrees with them."""
+    k = seeds_left(values, base)
+    if k == len(values) and left_plateau(values, base):
+        return "all"
+    return "none" if k == 0 else "split"
+
+
+def _plateau(depths: list[int], finals: dict, base: Baselines, steps: int) -> Text:
+    """Which depths without residual leave the plateau, by the rule applied to each seed
+    and to the seed mean: runs of neighbouring depths where every seed and the mean leave,
+    or where no seed does; a depth whose seeds split, by itself."""
+    kinds = {d: _leaving(finals[(d, "none")], base) for d in depths}
+    runs = groupby(depths, key=lambda d: kinds[d] if kinds[d] != "split" else d)
+    parts = []
+    for _, grouped in runs:
+        group = list(grouped)
+        values = finals[(group[0], "none")]
+        n, kind = len(values), kinds[group[0]]
+        layers = phrase("residual.plateau." + ("layer" if group == [1] else "layers"))
+        if kind == "none" and group[-1] == depths[-1] and group[0] != depths[0]:
+            parts.append(phrase("residual.plateau.none_from", stuck=group[0], n=n))
+        elif kind in ("all", "none"):
+            parts.append(phrase(f"residual.plateau.{kind}" + ("_at" if kind == "none" else ""),
+                                depths=_numbers(group), n=n, layers=layers))
+        else:
+            leaves = left_plateau(values, base)
+            parts.append(phrase("residual.plateau.split_" + ("leaves" if leaves else "stays"),
+                                depth=group[0], layers=layers, k=seeds_left(values, base), n=n,
+                                diff=f"{mean(values) - base.unigram:+.3f}",
+                                spread=f"{spread(values):.3f}"))
+    return phrase("residual.plateau.per_seed", steps=steps, parts=joined(parts, "clauses"),
+                  rule=plateau_rule(base))
 
 
 def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
@@ -208,10 +254,17 @@ def _unigram_level(depths: list[int], left: dict, finals: dict, base: Baselines,
     for d, x in diffs.items():
         noise = spread(finals[(d, "none")])
         groups["at" if abs(x) <= noise else "above" if x > 0 else "below"].append(d)
+    # a depth whose mean is at the level while some of its seeds alone are below it says so
+    split = [d for d in groups["at"] if seeds_left(finals[(d, "none")], base)]
+    groups["at"] = [d for d in groups["at"] if d not in split]
     parts = [phrase(f"residual.unigram.{where}", depths=_numbers(ds),
                     span=_span([diffs[d] for d in ds]),
                     spread=f"{max(spread(finals[(d, 'none')]) for d in ds):.4f}")
              for where, ds in groups.items() if ds]
+    parts[:0] = [phrase("residual.unigram.at_split", depth=d, span=_span([diffs[d]]),
+                        spread=f"{spread(finals[(d, 'none')]):.4f}",
+                        k=seeds_left(finals[(d, "none")], base), n=len(finals[(d, "none")]),
+                        margin=f"{seed_margin(base):.3f}") for d in split]
     return phrase("residual.unigram.level", depths=_numbers(stuck),
                   unigram=f"{base.unigram:.4f}", parts=joined(parts, "clauses"))
 
@@ -220,4 +273,4 @@ def _numbers(values: list[int]) -> Text:
     return joined([same(str(v)) for v in values])
 
 
-EXPERIMENT = Experiment("residual", ("model.residual", "model.n_layers"), grid, analyze)
+EXPERIMENT = Experiment("residual", ("model.residual", "model.n_layers"), grid, analyze, reword)

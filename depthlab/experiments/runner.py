@@ -22,8 +22,12 @@ from depthlab.experiments.spec import (
     Experiment,
     RunResult,
     RunSpec,
+    Seeds,
     base_config,
     now_iso,
+    parse_seeds,
+    seed_list,
+    seeds_text,
 )
 from depthlab.metrics import read_metrics
 from depthlab.outdir import RUN, Claim, check_location, clear_run, survey, write_marker
@@ -77,6 +81,23 @@ def describe_grid(specs: list[RunSpec]) -> str:
     return "\n".join(lines)
 
 
+def planned_work(spec: RunSpec) -> float:
+    """The work a run is planned to do, in tokens x non-embedding parameters (plus
+    attention's 2 L T d per token): its training tokens, its evaluations' tokens at a
+    third of the cost (forward only); a run measured at init is one batch. The weights of
+    the experiment's ETA: a 12-layer run costs about 12 times a 1-layer one, which a time
+    per run taken from the first, smallest runs misses. The embedding and the LM head are
+    left out: at the course model's width a step's time follows its blocks (dozens of
+    small operations each), not the head's one matmul."""
+    m, t = spec.cfg.model, spec.cfg.train
+    blocks = m.approx_params - m.vocab_size * m.d_model * (2 - m.tie_embeddings) - m.d_model
+    per_token = blocks + 2 * m.n_layers * t.seq_len * m.d_model
+    if spec.init_only:
+        return t.batch_size * t.seq_len * per_token
+    evals = t.steps // max(1, t.eval_every) + 1
+    return (t.steps * t.batch_size * t.seq_len + evals * t.eval_tokens / 3) * per_token
+
+
 def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     """Measure one configuration at initialisation on a fixed batch of the corpus, and
     write it as a run directory whose metric log has a single probe line at step 0."""
@@ -111,7 +132,7 @@ def run_experiment(
     *,
     budget: str = "quick",
     out_dir: Path = Path("runs"),
-    seeds: int | None = None,
+    seeds: Seeds | str | None = None,
     corpus: str | None = None,
     progress: bool = True,
     command: str | None = None,
@@ -120,19 +141,23 @@ def run_experiment(
     threads: int = 0,
 ) -> Path:
     """Run (or finish) the grid of experiment `name` and export it to out_dir/name.
-    A run directory holding another config is refused, or with `rerun` trained again.
-    `threads` is each training run's train.threads (0: depthlab.threads' rule)."""
+    `seeds`: a count, the seeds themselves or `--seeds` text (spec.parse_seeds); None:
+    the budget's count. A run directory holding another config is refused, or with
+    `rerun` trained again. `threads` is each training run's train.threads (0:
+    depthlab.threads' rule)."""
     exp = get_experiment(name)
     if budget not in BUDGETS:
         raise UserError(f"unknown budget {budget!r}; choose one of: {', '.join(BUDGETS)}")
-    if seeds is not None and not 1 <= seeds <= 10:
-        raise UserError(f"--seeds must be between 1 and 10, got {seeds}")
+    if seeds is not None:
+        seeds = parse_seeds(seeds if isinstance(seeds, str) else seeds_text(seeds))
     b = BUDGETS[budget]
-    specs = exp.grid(base_config(b, corpus, threads), b, seeds or b.seeds)
+    specs = exp.grid(base_config(b, corpus, threads), b, b.seeds if seeds is None else seeds)
     root = check_location(out_dir) / name
     cmd = command or f"depthlab experiment {name} --budget {budget}" + (
-        f" --seeds {seeds}" if seeds else "") + (f" --corpus {corpus}" if corpus else "")
-    settings = {"budget": budget, "seeds": seeds, "corpus": corpus}
+        f" --seeds {seeds_text(seeds)}" if seeds is not None else "") + (
+        f" --corpus {corpus}" if corpus else "")
+    settings = {"budget": budget, "seeds": None if seeds is None else list(seed_list(seeds)),
+                "corpus": corpus}
     with Claim(root, "experiment folder"):
         stale = reuse.check_grid(specs, root / "runs", rerun)
         say = print if echo else (lambda *a, **k: None)
@@ -150,7 +175,8 @@ def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], statu
     """Train or measure every run not finished yet, one at a time, keeping status.json
     current; whether any run was (re)made. Ctrl-C leaves the status `interrupted`."""
     trained_now = False
-    bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True)
+    bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True,
+                   weights=[planned_work(s) for s in specs])
     try:
         for i, spec in enumerate(specs):
             run_dir = root / "runs" / spec.name
@@ -213,6 +239,7 @@ def export(exp: Experiment, specs: list[RunSpec], root: Path, b: Budget, trained
         return
     results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
                for s in specs]
-    write_outputs(root, exp, exp.analyze(results, b), budget=settings["budget"], command=command)
+    write_outputs(root, exp, exp.analyze(results, b), budget=settings["budget"], command=command,
+                  seeds=sorted({s.seed for s in specs}))
     reuse.write_record(root, exp.name, specs, **settings)
     say(f"wrote {out}, {root / 'summary.md'} and charts")

@@ -116,6 +116,7 @@ class Report:
     table: dict[str, Any] = field(default_factory=lambda: {"columns": [], "rows": []})
     conclusions: list[dict[str, str]] = field(default_factory=list)
     baselines: dict[str, Any] | None = None  # unigram/bigram on the scored tokens
+    per_seed: dict[str, dict] | None = None  # analysis.per_seed: what per-seed rules read
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,11 @@ class Experiment:
 
     name: str
     switches: tuple[str, ...]  # the config keys the grid varies
-    grid: Callable[[Config, Budget, int], list[RunSpec]]
+    grid: Callable[[Config, Budget, Seeds], list[RunSpec]]
     analyze: Callable[[list[RunResult], Budget], Report]
+    # export.json -> its conclusions, the rule sentences rendered again from `per_seed`
+    # (None: the experiment's sentences need the runs themselves)
+    reword: Callable[[dict[str, Any]], list[dict[str, str]]] | None = None
 
     @property
     def questions(self) -> dict[str, str]:
@@ -172,11 +176,69 @@ def seeded(cfg: Config, seed: int) -> Config:
     return replace(cfg, train=replace(cfg.train, seed=seed))
 
 
-def specs_over_seeds(arms: list[tuple[str, str, Config]], seeds: int,
+# Seeds of a grid: a count n (seeds 0..n-1, the budgets' way) or the seeds themselves
+# (`--seeds 7,11,13`), so a learner can check a claim on seeds it was not drawn from.
+Seeds = int | tuple[int, ...]
+MAX_SEEDS = 10  # runs per arm: a standard grid stays hours, not days
+MAX_SEED = 2**32 - 1  # what numpy's seeding accepts (torch takes more)
+
+
+def seed_list(seeds: Seeds) -> tuple[int, ...]:
+    """The seeds themselves: 0..n-1 for a count, a tuple as given."""
+    return tuple(range(seeds)) if isinstance(seeds, int) else tuple(seeds)
+
+
+def at_least(seeds: Seeds, n: int) -> Seeds:
+    """A count raised to n (for a grid that needs n seeds to say anything); seeds the
+    user named are kept as they are."""
+    return max(seeds, n) if isinstance(seeds, int) else seeds
+
+
+def parse_seeds(text: str) -> Seeds:
+    """`--seeds`: "5" is a count (seeds 0-4), "0,1,2" or "7,11" the seeds themselves,
+    "1000-1002" a range of them ("7-7" or "7," one chosen seed). UserError otherwise."""
+    from depthlab.errors import UserError
+
+    allowed = (f"give a count 1-{MAX_SEEDS} (3) or seeds 0-{MAX_SEED} separated by commas "
+               "or as a range (0,1,2 or 1000-1002)")
+    words = text.replace(" ", "")
+    if words.isdigit():
+        if not 1 <= int(words) <= MAX_SEEDS:
+            raise UserError(f"--seeds {text!r}: a count must be 1-{MAX_SEEDS}; {allowed}")
+        return int(words)
+    seeds: list[int] = []
+    for part in words.split(","):
+        if not part and "," in words:
+            continue  # "7," names one seed
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise UserError(f"--seeds {text!r}: {part!r} is not a seed; {allowed}")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first or last > MAX_SEED:
+            raise UserError(f"--seeds {text!r}: {part!r} is not in 0-{MAX_SEED} (low-high); "
+                            f"{allowed}")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise UserError(f"--seeds {text!r}: more than {MAX_SEEDS} seeds; {allowed}")
+        seeds += range(first, last + 1)
+    if not seeds:
+        raise UserError(f"--seeds {text!r}: no seed given; {allowed}")
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds {text!r}: a seed is named twice; {allowed}")
+    return tuple(seeds)
+
+
+def seeds_text(seeds: Seeds) -> str:
+    """What parse_seeds reads back as `seeds` ("3"; "7,11"; "7," for one named seed)."""
+    if isinstance(seeds, int):
+        return str(seeds)
+    return ",".join(map(str, seeds)) + ("," if len(seeds) == 1 else "")
+
+
+def specs_over_seeds(arms: list[tuple[str, str, Config]], seeds: Seeds,
                      init_only: bool = False) -> list[RunSpec]:
-    """(arm, label, config) -> one RunSpec per seed 0..seeds-1."""
+    """(arm, label, config) -> one RunSpec per seed (0..seeds-1 for a count)."""
     return [RunSpec(arm, s, seeded(cfg, s), label, init_only)
-            for arm, label, cfg in arms for s in range(seeds)]
+            for arm, label, cfg in arms for s in seed_list(seeds)]
 
 
 def now_iso() -> str:

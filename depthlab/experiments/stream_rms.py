@@ -15,6 +15,7 @@ from depthlab.experiments.spec import (
     Report,
     RunResult,
     RunSpec,
+    Seeds,
     specs_over_seeds,
     variant,
 )
@@ -24,7 +25,7 @@ WRITES = phrase("stream-rms.axis.writes")
 RULES = (("scaled", "0.02/sqrt(2L)"), ("plain", "0.02"))
 
 
-def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
+def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     arms_init = []
     for depth in (b.deep, b.deepest):
         for scaled in (True, False):
@@ -35,7 +36,8 @@ def grid(base: Config, b: Budget, seeds: int) -> list[RunSpec]:
                                       f"model.scaled_init={str(scaled).lower()}")))
     trained = [("trained", f"{b.shallow} layers, residual (trained)",
                 variant(base, f"model.n_layers={b.shallow}"))]
-    return specs_over_seeds(arms_init, 1, init_only=True) + specs_over_seeds(trained, 1)
+    one = seeds if isinstance(seeds, tuple) else 1  # one seed (0) unless seeds are named
+    return specs_over_seeds(arms_init, one, init_only=True) + specs_over_seeds(trained, one)
 
 
 def writes_chart(first: dict, last: dict, b: Budget) -> dict:
