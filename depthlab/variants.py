@@ -57,7 +57,7 @@ class ResidualSpec:
     wide_floats: Callable[[int, int, int], int] = _no_state
     write_scale: Callable[[int], float] = _one  # each write's factor, from the writes 2L
     own_depth_init: bool = False  # brings its own depth rule instead of scaled_init's
-    hf_export: bool = False  # Llama/Qwen/GPT-2 config.json can express it
+    hf_export: bool = False  # `hf export` can write it (the Llama/Qwen families' residual)
 
     @property
     def label_key(self) -> str:
@@ -81,19 +81,16 @@ class NormSpec:
     """One entry of the norm registry (depthlab.model.norms), or "none"."""
 
     key: str
-    label: str  # its name in the block diagram and the tables (a proper name: one language)
+    label: str  # its name in the block diagram and the tables (a proper name, the same in
+    #             every language, so it lives here rather than in the locales)
     formula: str
     init: str
     params: Callable[[int], int] = lambda d: 0  # learned parameters of one norm of width d
-    hf_export: bool = False  # some Hugging Face family uses it
-
-    @property
-    def label_key(self) -> str:
-        return f"norm.{self.key}"
+    hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen) uses it
 
     def public(self) -> dict[str, Any]:
-        return {"key": self.key, "label": self.label, "label_key": self.label_key,
-                "formula": self.formula, "init": self.init, "hf_export": self.hf_export}
+        return {"key": self.key, "label": self.label, "formula": self.formula,
+                "init": self.init, "hf_export": self.hf_export}
 
 
 def _hc_params(d: int, n: int) -> int:
@@ -140,11 +137,11 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
 NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (
     NormSpec("none", "", "h", "no norm"),
     NormSpec("layernorm", "LayerNorm", "(x - mean) / sqrt(var + eps) · γ + β", "γ = 1, β = 0",
-             params=lambda d: 2 * d, hf_export=True),
+             params=lambda d: 2 * d),
     NormSpec("rmsnorm", "RMSNorm", "x / sqrt(mean(x²) + eps) · w", "w = 1",
              params=lambda d: d, hf_export=True),
     NormSpec("rmsnorm_zero_centered", "RMSNorm (1+w)", "x / sqrt(mean(x²) + eps) · (1 + w)",
-             "w = 0", params=lambda d: d, hf_export=True),
+             "w = 0", params=lambda d: d),
     NormSpec("dyt", "DyT", "w · tanh(α·x) + b", "α = 0.5, w = 1, b = 0",
              params=lambda d: 2 * d + 1),
 )}
