@@ -177,3 +177,64 @@ def test_a_new_residual_is_its_spec_and_its_registry_entry():
     assert out["meta"] == "x ← x + F(x) / 2"
     assert out["decode"] == "model.residual=half, which the decode step does not implement"
     assert out["hf"].startswith('model.residual="half" has no Hugging Face equivalent')
+
+
+# A norm that exists only in this test, x / max|x| * w, added the same way.
+NEW_NORM = textwrap.dedent("""
+    import importlib.util, json, sys
+    spec = importlib.util.spec_from_file_location("depthlab.variants", "depthlab/variants.py")
+    variants = importlib.util.module_from_spec(spec)
+    sys.modules["depthlab.variants"] = variants
+    spec.loader.exec_module(variants)
+    variants.NORM_SPECS["maxnorm"] = variants.NormSpec(
+        "maxnorm", "MaxNorm", "x / max|x| · w", "w = 1", params=lambda d: d)
+
+    import torch
+    from torch import nn
+    from depthlab.model import norms
+
+    class MaxNorm(nn.Module):
+        def __init__(self, dim, eps):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+        def reset_parameters(self):
+            nn.init.ones_(self.weight)
+        def forward(self, x):
+            return x / x.abs().amax(-1, keepdim=True) * self.weight
+
+    norms.NORM_CLASSES["maxnorm"] = MaxNorm
+
+    from depthlab.config import NORM_LABELS, NORMS, ModelConfig, validate_model
+    from depthlab.errors import UserError
+    from depthlab.hf.config_map import export_family
+    from depthlab.model.decode import _config_reason
+    from depthlab.model.transformer import Transformer
+    from depthlab.web.lesson import page_facts
+
+    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, norm="maxnorm"))
+    model = Transformer(m)
+    logits = model(torch.zeros(1, 5, dtype=torch.long))
+    out = {"config": "maxnorm" in NORMS, "label": NORM_LABELS["maxnorm"],
+           "finite": bool(torch.isfinite(logits).all()), "decode": _config_reason(m),
+           "meta": [s["label"] for s in page_facts()["variants"]["norms"] if s["key"] == "maxnorm"]}
+    try:
+        export_family(m)
+        out["hf"] = "exported"
+    except UserError as e:
+        out["hf"] = str(e)
+    print(json.dumps(out))
+""")
+
+
+def test_a_new_norm_is_its_spec_and_its_registry_entry():
+    import json
+
+    done = subprocess.run([sys.executable, "-c", NEW_NORM], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                                       "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["config"] and out["label"] == "MaxNorm" and out["meta"] == ["MaxNorm"]
+    assert out["finite"]
+    assert out["decode"] == "model.norm=maxnorm, which the decode step does not implement"
+    assert out["hf"].startswith('model.norm="maxnorm" has no Hugging Face equivalent')
