@@ -238,3 +238,13 @@ def test_a_new_norm_is_its_spec_and_its_registry_entry():
     assert out["finite"]
     assert out["decode"] == "model.norm=maxnorm, which the decode step does not implement"
     assert out["hf"].startswith('model.norm="maxnorm" has no Hugging Face equivalent')
+
+
+def test_the_spec_table_and_its_torch_free_readers_load_no_torch():
+    code = ("import sys, depthlab.variants, depthlab.config, depthlab.memory, "
+            "depthlab.probes.simulator_bounds, depthlab.experiments.frontier_arms; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
