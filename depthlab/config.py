@@ -17,20 +17,23 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from depthlab import variants
 from depthlab.errors import ConfigError, read_json_object
+from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, keys_where
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
-NORMS = ("none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt")
+# The residuals and norms are views of their specs (depthlab.variants), so call sites keep
+# these names while the facts about each variant live in one table.
+NORMS = tuple(NORM_SPECS)
 # Each norm's name as the block diagram and the tables print it (one entry per key of NORMS).
-NORM_LABELS = {"none": "", "layernorm": "LayerNorm", "rmsnorm": "RMSNorm",
-               "rmsnorm_zero_centered": "RMSNorm (1+w)", "dyt": "DyT"}
-PLACEMENTS = ("pre", "post", "sandwich", "output")
+NORM_LABELS = {k: s.label for k, s in NORM_SPECS.items()}
+PLACEMENTS = variants.PLACEMENTS
 # depthlab.model.residual:
-RESIDUALS = ("none", "plain", "scaled", "rezero", "deepnorm", "hc", "mhc", "attnres")
+RESIDUALS = tuple(RESIDUAL_SPECS)
 NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sqrt(l)
-WIDE_RESIDUALS = ("hc", "mhc")  # the residuals that carry model.streams copies
+WIDE_RESIDUALS = keys_where(lambda s: s.widens == "copies")  # they carry model.streams copies
 MAX_STREAMS = 16
-FFNS = ("relu", "gelu", "swiglu")
+FFNS = variants.FFNS
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
@@ -45,12 +48,15 @@ MAX_PARAMS = 2**48
 
 
 def residual_params_per_write(residual: str, d: int, n: int) -> int:
-    """What one write's residual learns (depthlab.model.residual, hyper, depth_attention),
-    for d_model d and n streams: rezero its alpha; hc A (n x n+1), B (n), W_a (d x n+1),
-    W_b (d) and two scales; mhc a [(2+n) n, n d] projection, its bias and three scales;
-    attnres a query of d. tests/test_reliability.py holds these to the built model."""
-    return {"rezero": 1, "hc": n * (n + 1) + n + d * (n + 1) + d + 2,
-            "mhc": (2 + n) * n * (n * d + 1) + 3, "attnres": d}.get(residual, 0)
+    """What one write's residual learns, for d_model d and n streams (its spec's
+    `params`; tests/test_reliability.py holds them to the built model)."""
+    return _residual(residual).params(d, n)
+
+
+def _residual(key: str) -> variants.ResidualSpec:
+    """The spec of a residual key; an unknown key (refused by `validate_model`, which may
+    ask for the sizes first) has a plain residual's facts."""
+    return RESIDUAL_SPECS.get(key, RESIDUAL_SPECS["plain"])
 
 
 @dataclass(frozen=True)
@@ -125,8 +131,9 @@ class ModelConfig:
     @property
     def write_scale(self) -> float:
         """What each write is multiplied by as it enters the stream: 1/sqrt(2L) for
-        `residual=scaled`, else 1 (the variants with learned scales start elsewhere)."""
-        return 1.0 / math.sqrt(self.n_writes) if self.residual == "scaled" else 1.0
+        `residual=scaled`, else 1 (the variants with learned scales start elsewhere);
+        the residual spec's `write_scale`."""
+        return _residual(self.residual).write_scale(self.n_writes)
 
     @property
     def out_proj_std(self) -> float:
@@ -135,7 +142,7 @@ class ModelConfig:
         so the sum of 2L writes keeps the scale of one; else init_std * init_gain.
         residual=deepnorm brings its own depth rule (beta, `Residual.init_scale`) instead."""
         std = self.init_std * self.init_gain
-        depth_rule = self.scaled_init and self.residual != "deepnorm"
+        depth_rule = self.scaled_init and not _residual(self.residual).own_depth_init
         return std / math.sqrt(self.n_writes) if depth_rule else std
 
 
@@ -417,9 +424,11 @@ def validate_model(m: ModelConfig) -> ModelConfig:
 
 def _check_frontier(m: ModelConfig) -> None:
     """Combinations the residual-frontier switches cannot make (their papers' setting)."""
-    if m.residual == "deepnorm" and m.placement != "post":
-        raise ConfigError(f"model.residual='deepnorm' is Post-LN, LN(alpha*x + F(x)); "
-                          f"model.placement={m.placement!r} is not allowed, set model.placement=post")
+    spec = RESIDUAL_SPECS[m.residual]
+    if spec.placements and m.placement not in spec.placements:
+        raise ConfigError(f"model.residual={m.residual!r} is {spec.placement_why}; "
+                          f"model.placement={m.placement!r} is not allowed, "
+                          f"set model.placement={' or '.join(spec.placements)}")
     if m.norm_scale == "depth" and (m.norm == "none" or m.placement not in ("pre", "sandwich")):
         raise ConfigError(f"model.norm_scale='depth' scales the pre-norms inside each block; it needs "
                           f"model.placement pre or sandwich and a model.norm, got "

@@ -12,7 +12,8 @@ once and refuses with the estimate and the limit instead:
                           attention scores (3 x heads x seq x seq per sequence),
                           and 4 copies of the logits (tokens x vocab);
                           the residual's own state where it is wider than
-                          one stream (`residual_floats`)
+                          one stream (`residual_floats`, from the
+                          residual's spec in depthlab.variants)
 
 The coefficients are calibrated on the measured peak RSS of two training steps of
 the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from depthlab.config import Config, ModelConfig
 from depthlab.errors import UserError
+from depthlab.variants import RESIDUAL_SPECS
 
 FLOAT = 4  # bytes
 
@@ -44,14 +46,9 @@ class MemoryEstimate:
 
 def residual_floats(m: ModelConfig) -> int:
     """Floats per token that a wide residual keeps for backward over all its writes, beyond
-    one stream's: hc ~4 n d a write (n copies, read and mixed), mhc that plus its 20
-    Sinkhorn steps over n x n, attnres the history it concatenates (write k holds k + 1
-    entries). Fitted to the measured peak of a training step of the course model at
-    n = 1, 4 and 16 (hc 3.0-3.6 n d, mhc 4.1-8.5 n d, attnres ~1.7 k d)."""
-    d, n, W = m.d_model, m.streams, m.n_writes
-    per_write = {"hc": 4 * n * d, "mhc": 4 * n * d + 40 * n * n}.get(m.residual, 0)
-    history = W * (W + 1) * d if m.residual == "attnres" else 0
-    return W * per_write + history
+    one stream's: its spec's `wide_floats` (depthlab.variants, which says how each was
+    fitted to the measured peak of a training step)."""
+    return RESIDUAL_SPECS[m.residual].wide_floats(m.d_model, m.streams, m.n_writes)
 
 
 def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:

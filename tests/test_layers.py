@@ -22,6 +22,7 @@ LAYERS = {
     "depthlab.errors": 0,
     "depthlab.locales": 0,
     "depthlab.atomic": 0,  # files written whole or not at all
+    "depthlab.variants": 0,  # what each residual and norm is: the spec table the registries follow
     "depthlab.config": 0,
     "depthlab.memory": 0,  # parameter and memory counts from a config's shapes
     "depthlab.presets": 0,

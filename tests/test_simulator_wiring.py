@@ -15,6 +15,7 @@ from depthlab.model import residual as registry
 from depthlab.probes import StackRequest, compare, gain_sweep, gradient_reach, token_collapse
 from depthlab.probes.simulator import ToyConfig, residual_choices
 from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES, page_bounds
+from depthlab.variants import RESIDUAL_SPECS, ResidualSpec
 
 # old toggles (residual, prenorm, scale_writes) -> the model's switches (residual, norm)
 OLD_TO_NEW = {(False, False, False): ("none", "none"), (True, False, False): ("plain", "none"),
@@ -102,6 +103,8 @@ class TwoCopies(registry.Residual):
 
 
 def test_a_residual_that_widens_the_stream_works_as_its_module_does(monkeypatch):
+    # A residual is its spec (depthlab.variants) and its registry entry.
+    monkeypatch.setitem(RESIDUAL_SPECS, "twocopies", ResidualSpec("twocopies", "x ← x + F(x)", "none"))
     monkeypatch.setitem(registry.RESIDUAL_BUILDERS, "twocopies", lambda cfg: TwoCopies())
     for norm in NORMS:
         wide = StackRequest(depth=9, gain=1.3, residual="twocopies", norm=norm, ffn=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from depthlab.experiments.placement import HIGH_LR
+from depthlab.variants import RESIDUAL_SPECS
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ ARM_BY_NAME = {a.name: a for a in ARMS}
 ARM_NAMES = tuple(ARM_BY_NAME)
 REFERENCE = "plain"  # every arm is compared with it at the same depth
 C8_PAIR = ("deepnorm", "post-ln")  # the lesson's C8 point, at the deepest depth
-STREAM_ARMS = ("hc", "mhc")  # n = 4 copies of the stream
+# The arms that carry copies of the stream (n = 4): their residual's spec widens it.
+STREAM_ARMS = tuple(a.name for a in ARMS for o in a.overrides if o.startswith("model.residual=")
+                    and RESIDUAL_SPECS[o.partition("=")[2]].widens == "copies")
 
 
 def arm_name(depth: int, arm: str) -> str:

@@ -11,6 +11,7 @@ import torch
 
 from depthlab.config import ModelConfig
 from depthlab.model.transformer import Transformer
+from depthlab.variants import RESIDUAL_SPECS
 
 
 def component_of(param_name: str) -> str:
@@ -118,8 +119,9 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
 
     block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
                     "hook_resid_post"]
-    # attnres's stream is the history of all writes: its shape grows block by block.
-    traced_blocks = cfg.n_layers if cfg.residual == "attnres" else 1
+    # A residual whose stream is the history of all writes (attnres): its shape grows
+    # block by block.
+    traced_blocks = cfg.n_layers if RESIDUAL_SPECS[cfg.residual].widens == "history" else 1
     if traced_blocks > 1:
         model = build_meta(cfg)
     stages = ["hook_embed", *(f"blocks.{i}.{s}" for i in range(traced_blocks)

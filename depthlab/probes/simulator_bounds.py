@@ -8,6 +8,7 @@ checks its requests against them.
 from __future__ import annotations
 
 from depthlab.config import RESIDUALS, WIDE_RESIDUALS
+from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 MAX_DEPTH = 256  # the CLI's bound; the page's slider stops at PAGE_MAX_DEPTH
 PAGE_MAX_DEPTH = 64  # also the API's compute budget per request (docs/page.md)
@@ -16,11 +17,12 @@ PAGE_GAINS = (0.5, 2.0)  # the page's gain slider and the API's bounds
 PAGE_GAIN_STEP = 0.05
 SWEEP_GAINS = tuple(round(0.5 + 0.05 * i, 2) for i in range(31))  # 0.50, 0.55, ..., 2.00
 NORMS = ("none", "rmsnorm")  # the model's norm switch in the sublayer-input (pre) slot
-# The model's residual registry: config.RESIDUALS, kept equal to RESIDUAL_BUILDERS by a test.
+# The model's residual registry: config.RESIDUALS (the spec table's keys), kept equal to
+# RESIDUAL_BUILDERS by a test.
 RESIDUAL_CHOICES = RESIDUALS
-# Residuals whose norm slot is after the add (the config allows them only with
-# placement=post): for them the simulator's norm switch puts the RMSNorm there.
-POST_NORM_RESIDUALS = ("deepnorm",)
+# Residuals whose norm slot is after the add (their spec allows placement=post only):
+# for them the simulator's norm switch puts the RMSNorm there.
+POST_NORM_RESIDUALS = keys_where(lambda s: s.norm_slot == "post")
 # The copies of the stream the toy stack gives a residual of config.WIDE_RESIDUALS
 # (hyper-connections): DeepSeek-V4's hc_mult and the residual-frontier experiment's n.
 SIM_STREAMS = 4
@@ -29,7 +31,7 @@ SIM_STREAMS = 4
 def norm_slot(residual: str) -> str:
     """Where the norm switch puts the RMSNorm for `residual`: "post" (after the add) for a
     Post-LN design, else "pre" (on the sublayer's input)."""
-    return "post" if residual in POST_NORM_RESIDUALS else "pre"
+    return RESIDUAL_SPECS[residual].norm_slot
 
 
 def page_bounds() -> dict:
@@ -37,4 +39,7 @@ def page_bounds() -> dict:
     return {"depth": [1, PAGE_MAX_DEPTH], "gain": list(PAGE_GAINS), "gain_step": PAGE_GAIN_STEP,
             "cli_max_depth": MAX_DEPTH, "residuals": list(RESIDUAL_CHOICES),
             "norms": list(NORMS), "post_norm": [r for r in RESIDUAL_CHOICES if norm_slot(r) == "post"],
-            "streams": {r: SIM_STREAMS for r in RESIDUAL_CHOICES if r in WIDE_RESIDUALS}}
+            "streams": {r: SIM_STREAMS for r in RESIDUAL_CHOICES if r in WIDE_RESIDUALS},
+            # the write of each residual, with the marks the page fills (depthlab.variants)
+            "formulas": {r: RESIDUAL_SPECS[r].formula for r in RESIDUAL_CHOICES},
+            "labels": {r: RESIDUAL_SPECS[r].label_key for r in RESIDUAL_CHOICES}}

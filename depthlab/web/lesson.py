@@ -54,9 +54,11 @@ def limits() -> dict:
 
 def page_facts() -> dict:
     """What /api/meta and a static copy's meta both tell the page: bounds, the norm
-    placements a block can take, the presets. The page hard-codes none of them."""
+    placements a block can take, the presets, each residual's and norm's spec (labels,
+    formulas, whether it widens the stream). The page hard-codes none of them."""
     from depthlab.config import PLACEMENTS
     from depthlab.probes.simulator_bounds import page_bounds
+    from depthlab.variants import public_specs
 
     return {"limits": limits(), "placements": list(PLACEMENTS), "presets": presets(),
-            "simulator": page_bounds()}
+            "simulator": page_bounds(), "variants": public_specs()}

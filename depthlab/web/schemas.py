@@ -14,6 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from depthlab.numtext import NumberTextError, parse_numbers
 from depthlab.probes.simulator_bounds import NORMS, PAGE_GAINS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
+from depthlab.variants import RESIDUAL_SPECS
 
 MAX_N = PAGE_MAX_DEPTH  # the simulator's depth slider
 MIN_G, MAX_G = PAGE_GAINS  # the gain slider
@@ -44,8 +45,9 @@ class Switches(_Request):
     """The improved (green) row in the model's vocabulary; none, none is the naive (red) row."""
 
     residual: Literal[RESIDUAL_CHOICES] = Field(  # type: ignore[valid-type]
-        "plain", description="the model's residual, a key of its registry (depthlab.model.residual): "
-        + ", ".join(RESIDUAL_CHOICES) + "; none is x <- F(x), plain x + F(x)")
+        "plain", description="the model's residual, a key of its registry (depthlab.model.residual, "
+        "specs in depthlab.variants): "
+        + "; ".join(f"{r}: {RESIDUAL_SPECS[r].formula}" for r in RESIDUAL_CHOICES))
     norm: Literal[NORMS] = Field(  # type: ignore[valid-type]
         "none", description="rmsnorm: the model's RMSNorm on each sublayer's input (Pre-Norm)")
 

@@ -47,29 +47,23 @@
     };
   }
 
-  // The write rule of each residual of the registry, given the sublayer's input h (with the
-  // norm switch on: RMSNorm in the residual's slot, after the add for a Post-LN residual);
-  // a newer entry shows its name.
-  const WRITES = {
-    none: (f) => "x ← " + f("x"),
-    plain: (f) => "x ← x + " + f("x"),
-    scaled: (f) => "x ← x + " + f("x") + " / √N",
-    rezero: (f) => "x ← x + a·" + f("x") + ", a = 0",
-    deepnorm: (f, post) => "x ← " + post("α·x + F(x)") + ", α = (2L)^¼, L = ⌈N/2⌉, W·β",
-    hc: (f, post, n) => "H ← A_rᵀH + Bᵀ·" + f("A_mᵀH") + " (" + n + " × x)",
-    mhc: (f, post, n) => "H ← combᵀH + post·" + f("preᵀH") + " (" + n + " × x, combᵀ 1 = 1)",
-    attnres: (f) => "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = " + f("x_l") + ", w = 0",
-  };
+  // The write rule of the chosen residual, from its spec (/api/meta's simulator.formulas,
+  // depthlab/variants.py): F(h) is the sublayer on h (with the norm switch on, RMSNorm in the
+  // residual's slot: on h, or after the add for a Post-LN residual), ⟦e⟧ the slot after the
+  // add, {n} the copies of the stream.
   function formula(st) {
     const post = spec && spec.post_norm.includes(st.residual);
     const on = st.norm === "rmsnorm";
     const f = (h) => (on && !post ? "F(RMSNorm(" + h + "))" : "F(" + h + ")");
     const wrap = (e) => (on ? "RMSNorm(" + e + ")" : e);
     const n = (spec && spec.streams && spec.streams[st.residual]) || "n"; // copies of the stream
-    return (WRITES[st.residual] || ((g) => "x ← " + st.residual + "(x, " + g("x") + ")"))(f, wrap, n);
+    const template = (spec && spec.formulas && spec.formulas[st.residual]) || "x ← " + st.residual + "(x, F(x))";
+    return template.replace(/F\(([^()]*)\)/g, (_, h) => f(h))
+      .replace(/⟦([^⟧]*)⟧/g, (_, e) => wrap(e)).replace(/\{n\}/g, String(n));
   }
   let spec = null; // /api/meta's `simulator`
-  const residualLabel = (name) => (DL.hasKey("sim.res." + name) ? DL.t("sim.res." + name) : name);
+  const labelKey = (name) => (spec && spec.labels && spec.labels[name]) || "sim.res." + name;
+  const residualLabel = (name) => (DL.hasKey(labelKey(name)) ? DL.t(labelKey(name)) : name);
   // The norm switch names its slot: the sublayer input, or after the add (Post-LN residuals).
   const normLabel = (st) => DL.t(spec && spec.post_norm.includes(st.residual) ? "sim.t.postnorm" : "sim.t.prenorm");
 

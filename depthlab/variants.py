@@ -1,0 +1,166 @@
+"""What each residual and norm variant is, in one table without torch.
+
+The model's registries (`depthlab.model.residual.RESIDUAL_BUILDERS`,
+`depthlab.model.norms.NORM_CLASSES`) say how to *build* a variant; this module says
+what it *is*, for everything that must know without building it: config validation
+and `write_scale` (depthlab.config), parameter and memory estimates
+(depthlab.config.approx_params, depthlab.memory), the simulator's switches and the
+page's labels and formulas (depthlab.probes.simulator_bounds, /api/meta), the API
+schemas' descriptions and Hugging Face export. Tests hold the registry keys equal to
+the spec keys and each spec's parameter count to the built model's (tests/test_variants.py,
+tests/test_reliability.py), so a new variant is its registry entry, its spec here, its
+known-answer test and its two locale labels (docs/architecture.md).
+
+A residual's `formula` is the write as the simulator page prints it, with three marks
+the page fills from its switches: `F(h)` is the sublayer on h (with the pre-norm on,
+F(RMSNorm(h))), `⟦e⟧` the norm slot after the add (RMSNorm(e) with the norm on, else e),
+and `{n}` the copies of the stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+WIDENS = ("", "copies", "history")  # one stream; model.streams copies; every earlier write
+
+
+def _none(d: int, n: int) -> int:
+    return 0
+
+
+def _one(n_writes: int) -> float:
+    return 1.0
+
+
+def _no_state(d: int, n: int, writes: int) -> int:
+    return 0
+
+
+@dataclass(frozen=True)
+class ResidualSpec:
+    """One entry of the residual registry (depthlab.model.residual)."""
+
+    key: str  # the registry key: CLI, config.json, metric log and page
+    formula: str  # the write, as the simulator page prints it (marks: module docstring)
+    init: str  # the init rule, in words
+    widens: str = ""  # one of WIDENS: "copies" takes model.streams, "history" keeps all writes
+    placements: tuple[str, ...] = ()  # the placements it allows; () = all
+    placement_why: str = ""  # what it is, for the refusal of another placement
+    # Learned parameters of one write, for d_model d and n streams (exact; held to the
+    # built model by tests/test_reliability.py).
+    params: Callable[[int, int], int] = _none
+    # Floats per token its state keeps for backward over all `writes`, beyond one stream's
+    # (depthlab.memory; fitted to measured peaks, see there).
+    wide_floats: Callable[[int, int, int], int] = _no_state
+    write_scale: Callable[[int], float] = _one  # each write's factor, from the writes 2L
+    own_depth_init: bool = False  # brings its own depth rule instead of scaled_init's
+    hf_export: bool = False  # `hf export` can write it (the Llama/Qwen families' residual)
+
+    @property
+    def label_key(self) -> str:
+        """Its name on the page: a key of depthlab/locales/{en,zh}/page.json."""
+        return f"sim.res.{self.key}"
+
+    @property
+    def norm_slot(self) -> str:
+        """Where a single norm switch puts the norm: "post" for a Post-LN design."""
+        return "post" if self.placements == ("post",) else "pre"
+
+    def public(self) -> dict[str, Any]:
+        """What /api/meta publishes of it (the callables as their values where fixed)."""
+        return {"key": self.key, "label_key": self.label_key, "formula": self.formula,
+                "init": self.init, "widens": self.widens, "placements": list(self.placements),
+                "norm_slot": self.norm_slot, "hf_export": self.hf_export}
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """One entry of the norm registry (depthlab.model.norms), or "none"."""
+
+    key: str
+    label: str  # its name in the block diagram and the tables (a proper name, the same in
+    #             every language, so it lives here rather than in the locales)
+    formula: str
+    init: str
+    params: Callable[[int], int] = lambda d: 0  # learned parameters of one norm of width d
+    hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen) uses it
+
+    def public(self) -> dict[str, Any]:
+        return {"key": self.key, "label": self.label, "formula": self.formula,
+                "init": self.init, "hf_export": self.hf_export}
+
+
+def _hc_params(d: int, n: int) -> int:
+    """A (n x n+1), B (n), W_a (d x n+1), W_b (d) and two scales (depthlab.model.hyper)."""
+    return n * (n + 1) + n + d * (n + 1) + d + 2
+
+
+def _mhc_params(d: int, n: int) -> int:
+    """A [(2+n) n, n d] projection, its bias and three scales (depthlab.model.hyper)."""
+    return (2 + n) * n * (n * d + 1) + 3
+
+
+# Memory (depthlab.memory): hc ~4 n d a write (n copies, read and mixed), mhc that plus its
+# 20 Sinkhorn steps over n x n, attnres the history it concatenates (write k holds k + 1
+# entries). Fitted to the measured peak of a training step of the course model at n = 1, 4
+# and 16 (hc 3.0-3.6 n d, mhc 4.1-8.5 n d, attnres ~1.7 k d).
+RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
+    ResidualSpec("none", "x ← F(x)", "no skip path: the stack of the naive plan"),
+    ResidualSpec("plain", "x ← x + F(x)", "nothing to initialise (He et al. 2016)",
+                 hf_export=True),
+    ResidualSpec("scaled", "x ← x + F(x) / √N", "each of the 2L writes times 1/sqrt(2L) at run time",
+                 write_scale=lambda writes: 1.0 / math.sqrt(writes)),
+    ResidualSpec("rezero", "x ← x + a·F(x), a = 0",
+                 "one scalar a per write, 0 at init: every block starts as the identity",
+                 params=lambda d, n: 1),
+    ResidualSpec("deepnorm", "x ← ⟦α·x + F(x)⟧, α = (2L)^¼, L = ⌈N/2⌉, W·β",
+                 "Xavier-normal v/o/FFN weights times beta = (8L)^(-1/4); alpha = (2L)^(1/4)",
+                 placements=("post",), placement_why="Post-LN, LN(alpha*x + F(x))",
+                 own_depth_init=True),
+    ResidualSpec("hc", "H ← A_rᵀH + Bᵀ·F(A_mᵀH) ({n} × x)",
+                 "A_m = e_(k mod n), A_r = I, B = 1, dynamic parts 0, their scales 0.01 (Zhu et al., eq. 14)",
+                 widens="copies", params=_hc_params,
+                 wide_floats=lambda d, n, writes: writes * 4 * n * d),
+    ResidualSpec("mhc", "H ← combᵀH + post·F(preᵀH) ({n} × x, combᵀ 1 = 1)",
+                 "projection ~ N(0, init_std), bias 0, scales 1; comb made doubly stochastic by Sinkhorn",
+                 widens="copies", params=_mhc_params,
+                 wide_floats=lambda d, n, writes: writes * (4 * n * d + 40 * n * n)),
+    ResidualSpec("attnres", "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = F(x_l), w = 0",
+                 "query w = 0 per write: every read starts as the mean of the earlier writes",
+                 widens="history", params=lambda d, n: d,
+                 wide_floats=lambda d, n, writes: writes * (writes + 1) * d),
+)}
+
+NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (
+    NormSpec("none", "", "h", "no norm"),
+    NormSpec("layernorm", "LayerNorm", "(x - mean) / sqrt(var + eps) · γ + β", "γ = 1, β = 0",
+             params=lambda d: 2 * d),
+    NormSpec("rmsnorm", "RMSNorm", "x / sqrt(mean(x²) + eps) · w", "w = 1",
+             params=lambda d: d, hf_export=True),
+    NormSpec("rmsnorm_zero_centered", "RMSNorm (1+w)", "x / sqrt(mean(x²) + eps) · (1 + w)",
+             "w = 0", params=lambda d: d),
+    NormSpec("dyt", "DyT", "w · tanh(α·x) + b", "α = 0.5, w = 1, b = 0",
+             params=lambda d: 2 * d + 1),
+)}
+
+# The other registries, keys only (their facts live with their code).
+PLACEMENTS = ("pre", "post", "sandwich", "output")
+FFNS = ("relu", "gelu", "swiglu")
+
+
+def residual_spec(key: str) -> ResidualSpec:
+    return RESIDUAL_SPECS[key]
+
+
+def keys_where(predicate: Callable[[ResidualSpec], bool]) -> tuple[str, ...]:
+    """The residual keys whose spec satisfies `predicate`, in registry order."""
+    return tuple(k for k, s in RESIDUAL_SPECS.items() if predicate(s))
+
+
+def public_specs() -> dict[str, list[dict[str, Any]]]:
+    """Every spec as /api/meta publishes it: the page's labels, formulas and widths."""
+    return {"residuals": [s.public() for s in RESIDUAL_SPECS.values()],
+            "norms": [s.public() for s in NORM_SPECS.values()]}

@@ -1,0 +1,250 @@
+"""The variant spec table (depthlab.variants) is the one list of residuals and norms: the
+model's registries hold the same keys, every reader lists what it lists, each spec's
+counts are the built model's, and a new residual added to the spec and the registry
+alone reaches the config, simulator, page, schemas, memory and HF export."""
+
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from depthlab import config, memory
+from depthlab.config import ModelConfig, validate_model
+from depthlab.errors import ConfigError
+from depthlab.locales import LANGS, table
+from depthlab.model.norms import NORM_CLASSES
+from depthlab.model.residual import RESIDUAL_BUILDERS
+from depthlab.probes import simulator_bounds
+from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, WIDENS, public_specs
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_registry_keys_are_the_spec_keys():
+    assert list(RESIDUAL_BUILDERS) == list(RESIDUAL_SPECS)
+    assert list(NORM_CLASSES) == [k for k in NORM_SPECS if k != "none"]
+    assert all(key == spec.key for key, spec in (*RESIDUAL_SPECS.items(), *NORM_SPECS.items()))
+
+
+def test_every_reader_lists_the_spec_keys():
+    from depthlab.web.export import switches  # the static copy's simulator settings
+    from depthlab.web.lesson import page_facts
+    from depthlab.web.schemas import SimulateRequest
+
+    residuals = list(RESIDUAL_SPECS)
+    assert list(config.RESIDUALS) == residuals and list(config.NORMS) == list(NORM_SPECS)
+    assert list(config.NORM_LABELS) == list(NORM_SPECS)
+    assert list(simulator_bounds.RESIDUAL_CHOICES) == residuals
+    facts = page_facts()
+    bounds = facts["simulator"]
+    assert bounds["residuals"] == residuals
+    assert list(bounds["formulas"]) == residuals and list(bounds["labels"]) == residuals
+    assert [s["key"] for s in facts["variants"]["residuals"]] == residuals
+    assert [s["key"] for s in facts["variants"]["norms"]] == list(NORM_SPECS)
+    schema = SimulateRequest.model_json_schema()["properties"]["residual"]
+    assert schema["enum"] == residuals
+    assert all(RESIDUAL_SPECS[r].formula in schema["description"] for r in residuals)
+    assert sorted({v["residual"] for v in switches()}) == sorted(residuals)
+
+
+def test_derived_tuples_follow_the_specs():
+    assert config.WIDE_RESIDUALS == tuple(k for k, s in RESIDUAL_SPECS.items() if s.widens == "copies")
+    assert simulator_bounds.POST_NORM_RESIDUALS == tuple(
+        k for k, s in RESIDUAL_SPECS.items() if s.placements == ("post",))
+    assert all(s.widens in WIDENS for s in RESIDUAL_SPECS.values())
+    assert config.NORM_LABELS["none"] == "" and all(s.label for k, s in NORM_SPECS.items() if k != "none")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_residual_has_its_page_label(lang):
+    missing = [s.label_key for s in RESIDUAL_SPECS.values() if s.label_key not in table(lang)]
+    assert not missing
+
+
+@pytest.mark.parametrize("key", list(RESIDUAL_SPECS))
+def test_validation_reads_each_residuals_constraints(key):
+    spec = RESIDUAL_SPECS[key]
+    base = ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, residual=key)
+    for placement in config.PLACEMENTS:
+        m = replace(base, placement=placement)
+        if spec.placements and placement not in spec.placements:
+            with pytest.raises(ConfigError, match=f"model.placement={placement!r} is not allowed"):
+                validate_model(m)
+        else:
+            assert validate_model(m) is m
+    wide = replace(base, streams=2, placement=spec.placements[0] if spec.placements else "pre")
+    if spec.widens == "copies":
+        assert validate_model(wide) is wide
+    else:
+        with pytest.raises(ConfigError, match="model.streams=2 needs model.residual"):
+            validate_model(wide)
+
+
+@pytest.mark.parametrize("key", list(RESIDUAL_SPECS))
+def test_write_scale_and_memory_read_the_spec(key):
+    spec = RESIDUAL_SPECS[key]
+    m = ModelConfig(n_layers=3, d_model=32, n_heads=4, vocab_size=50, residual=key,
+                    streams=4 if spec.widens == "copies" else 1,
+                    placement=spec.placements[0] if spec.placements else "pre")
+    assert m.write_scale == spec.write_scale(6)
+    assert (m.out_proj_std == m.init_std) == spec.own_depth_init  # scaled_init is on
+    floats = memory.residual_floats(m)
+    assert floats == spec.wide_floats(32, m.streams, 6)
+    assert (floats > 0) == bool(spec.widens)  # only a wider stream keeps more
+
+
+@pytest.mark.parametrize("key", [k for k in NORM_SPECS if k != "none"])
+def test_each_norms_parameters_are_the_built_modules(key):
+    module = NORM_CLASSES[key](24, 1e-5)
+    assert sum(p.numel() for p in module.parameters()) == NORM_SPECS[key].params(24)
+
+
+def test_hf_export_flags_are_the_families_tables():
+    """A spec's hf_export says what `hf export` writes: the exported families' switch."""
+    from depthlab.hf.mapping import EXPORT_ORDER, FAMILIES
+
+    def exported(switch: str) -> set:
+        return {s.value for n in EXPORT_ORDER for s in FAMILIES[n].switches if s.ours == switch}
+
+    assert {k for k, s in RESIDUAL_SPECS.items() if s.hf_export} == exported("residual")
+    assert {k for k, s in NORM_SPECS.items() if s.hf_export} == exported("norm")
+
+
+def test_published_specs_are_json_and_carry_no_code():
+    import json
+
+    specs = public_specs()
+    assert json.loads(json.dumps(specs)) == specs
+    assert all(isinstance(v, (str, bool, list)) for s in specs["residuals"] for v in s.values())
+
+
+# A residual that exists only in this test: x <- x + F(x) / 2, added the way the recipe in
+# docs/architecture.md says (a spec and a registry entry), before anything reads them.
+NEW_RESIDUAL = textwrap.dedent("""
+    import importlib.util, json, sys
+    spec = importlib.util.spec_from_file_location("depthlab.variants", "depthlab/variants.py")
+    variants = importlib.util.module_from_spec(spec)
+    sys.modules["depthlab.variants"] = variants
+    spec.loader.exec_module(variants)
+    variants.RESIDUAL_SPECS["half"] = variants.ResidualSpec(
+        "half", "x ← x + F(x) / 2", "nothing to initialise", write_scale=lambda writes: 0.5)
+
+    from depthlab.model import residual
+    residual.RESIDUAL_BUILDERS["half"] = lambda cfg: residual.ScaledResidual(cfg.write_scale)
+
+    from depthlab.config import RESIDUALS, ModelConfig, validate_model
+    from depthlab.errors import UserError
+    from depthlab.hf.config_map import export_family
+    from depthlab.memory import estimate
+    from depthlab.model.decode import _config_reason
+    from depthlab.model.transformer import Transformer
+    from depthlab.probes.simulator import StackRequest, compare
+    from depthlab.web.lesson import page_facts
+    from depthlab.web.schemas import SimulateRequest
+
+    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, residual="half"))
+    out = {"config": "half" in RESIDUALS, "write_scale": m.write_scale,
+           "built": Transformer(m).blocks[0].attn_residual.write_scale,
+           "memory": estimate(m, 2, 8, True).total > 0,
+           "schema": SimulateRequest(residual="half").residual,
+           "meta": page_facts()["simulator"]["formulas"]["half"], "decode": _config_reason(m)}
+    # 4 writes: scaled's 1/sqrt(4) is the new residual's 1/2, on the same weights
+    half, scaled = (compare(StackRequest(residual=r, depth=4), "gradient").improved
+                    for r in ("half", "scaled"))
+    out["simulator"] = [half.grad_norm == scaled.grad_norm, half.stream_rms == scaled.stream_rms]
+    try:
+        export_family(m)
+        out["hf"] = "exported"
+    except UserError as e:
+        out["hf"] = str(e)
+    print(json.dumps(out))
+""")
+
+
+def test_a_new_residual_is_its_spec_and_its_registry_entry():
+    import json
+
+    done = subprocess.run([sys.executable, "-c", NEW_RESIDUAL], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                                       "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["config"] and out["write_scale"] == 0.5 and out["built"] == 0.5
+    assert out["memory"] and out["schema"] == "half" and out["simulator"] == [True, True]
+    assert out["meta"] == "x ← x + F(x) / 2"
+    assert out["decode"] == "model.residual=half, which the decode step does not implement"
+    assert out["hf"].startswith('model.residual="half" has no Hugging Face equivalent')
+
+
+# A norm that exists only in this test, x / max|x| * w, added the same way.
+NEW_NORM = textwrap.dedent("""
+    import importlib.util, json, sys
+    spec = importlib.util.spec_from_file_location("depthlab.variants", "depthlab/variants.py")
+    variants = importlib.util.module_from_spec(spec)
+    sys.modules["depthlab.variants"] = variants
+    spec.loader.exec_module(variants)
+    variants.NORM_SPECS["maxnorm"] = variants.NormSpec(
+        "maxnorm", "MaxNorm", "x / max|x| · w", "w = 1", params=lambda d: d)
+
+    import torch
+    from torch import nn
+    from depthlab.model import norms
+
+    class MaxNorm(nn.Module):
+        def __init__(self, dim, eps):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+        def reset_parameters(self):
+            nn.init.ones_(self.weight)
+        def forward(self, x):
+            return x / x.abs().amax(-1, keepdim=True) * self.weight
+
+    norms.NORM_CLASSES["maxnorm"] = MaxNorm
+
+    from depthlab.config import NORM_LABELS, NORMS, ModelConfig, validate_model
+    from depthlab.errors import UserError
+    from depthlab.hf.config_map import export_family
+    from depthlab.model.decode import _config_reason
+    from depthlab.model.transformer import Transformer
+    from depthlab.web.lesson import page_facts
+
+    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, norm="maxnorm"))
+    model = Transformer(m)
+    logits = model(torch.zeros(1, 5, dtype=torch.long))
+    out = {"config": "maxnorm" in NORMS, "label": NORM_LABELS["maxnorm"],
+           "finite": bool(torch.isfinite(logits).all()), "decode": _config_reason(m),
+           "meta": [s["label"] for s in page_facts()["variants"]["norms"] if s["key"] == "maxnorm"]}
+    try:
+        export_family(m)
+        out["hf"] = "exported"
+    except UserError as e:
+        out["hf"] = str(e)
+    print(json.dumps(out))
+""")
+
+
+def test_a_new_norm_is_its_spec_and_its_registry_entry():
+    import json
+
+    done = subprocess.run([sys.executable, "-c", NEW_NORM], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                                                       "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["config"] and out["label"] == "MaxNorm" and out["meta"] == ["MaxNorm"]
+    assert out["finite"]
+    assert out["decode"] == "model.norm=maxnorm, which the decode step does not implement"
+    assert out["hf"].startswith('model.norm="maxnorm" has no Hugging Face equivalent')
+
+
+def test_the_spec_table_and_its_torch_free_readers_load_no_torch():
+    code = ("import sys, depthlab.variants, depthlab.config, depthlab.memory, "
+            "depthlab.probes.simulator_bounds, depthlab.experiments.frontier_arms; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
