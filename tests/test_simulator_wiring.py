@@ -3,19 +3,19 @@
 PINS were computed by the previous implementation (its own `_write` and `rms_normalize`,
 toggles residual / prenorm / scale_writes), on main at 7504376, before the simulator
 switched to the model's modules; the same settings must give the same numbers, within what
-rounding on another CPU can move each one. That depends on the number: a naive depth-64,
-g = 2 stack is chaotic and amplifies a rounding error ~1e10-fold, a scaled one not at all.
-So each number's tolerance is measured here, from its own conditioning (`sensitivity`).
+rounding on another CPU can move each one: a tolerance measured from each number's own
+conditioning (tests/conditioning.py).
 """
 
 import math
 
 import pytest
 import torch
+from conditioning import sensitivity, tolerance
 
 from depthlab.errors import UserError
 from depthlab.model import residual as registry
-from depthlab.probes import StackRequest, compare, gain_sweep, gradient_reach, simulator, token_collapse
+from depthlab.probes import StackRequest, compare, gain_sweep, gradient_reach, token_collapse
 from depthlab.probes.simulator import ToyConfig, residual_choices
 from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES, page_bounds
 
@@ -48,68 +48,21 @@ def pinned_values(residual: str, norm: str) -> tuple[float, ...]:
             cf.stream_rms[-1], s.ratios[0], s.ratios[-1], s.naive_ratios[10])
 
 
-EPS = torch.finfo(torch.float64).eps
-NUDGE = 1e-13  # relative size of the nudges: far above rounding, small enough to stay linear
-# tolerance = SAFETY x eps x (condition number + FLOOR). Measured (ATen default, avx2 and
-# avx512 kernels, MKL held to AVX2 or SSE4.2, 1 and 2 threads; every pinned number): the
-# spread from the pin is at most 2.9 eps x kappa where kappa >= 1 (the depth-64, g = 2
-# naive ratio: kappa 3e10, spread 1.8e-6, 0.26 eps x kappa; an AVX-512 Xeon's 1.4e-6 is
-# 0.2), and at most 1 ulp where kappa < 1 (the last reduction's own rounding).
-SAFETY, FLOOR = 32, 4
-
-
-def _clear_caches() -> None:
-    for probe in (simulator.gradient_reach, simulator.token_collapse, simulator.gain_sweep):
-        probe.cache_clear()
-
-
-def nudged_values(monkeypatch, residual: str, norm: str, draw: int) -> tuple[float, ...]:
-    """`pinned_values` with the weights, the input and the result of every write multiplied
-    by 1 + NUDGE x uniform(-1, 1): the backward-error model of rounding (each operation's
-    result off by a relative eps), at NUDGE instead of eps."""
-    gen = torch.Generator().manual_seed(draw)
-
-    def nudged(f):
-        def call(*args):
-            t = f(*args)
-            return t * (1 + NUDGE * (2 * torch.rand(t.shape, generator=gen, dtype=t.dtype) - 1))
-        return call
-
-    write = nudged(simulator.Wiring.write)
-    with monkeypatch.context() as m:
-        m.setattr(simulator, "_unit_weights", nudged(simulator._unit_weights))
-        m.setattr(simulator, "_inputs", nudged(simulator._inputs))
-        m.setattr(simulator.Wiring, "write", write)
-        _clear_caches()
-        try:
-            return pinned_values(residual, norm)
-        finally:
-            _clear_caches()
-
-
-def sensitivity(monkeypatch, residual: str, norm: str, nudges: int = 2) -> list[float]:
-    """Each pinned number's relative condition number: how far it moves, relative to itself
-    and per unit of relative nudge (`nudged_values`); the largest of `nudges` draws."""
-    base = pinned_values(residual, norm)
-    draws = [nudged_values(monkeypatch, residual, norm, draw) for draw in range(nudges)]
-    return [max(abs(moved[i] - a) / abs(a) / NUDGE for moved in draws) for i, a in enumerate(base)]
-
-
 @pytest.mark.parametrize("old", list(PINS), ids=lambda t: "+".join(OLD_TO_NEW[t]))
 def test_every_number_equals_the_previous_implementation(old, monkeypatch):
     new = pinned_values(*OLD_TO_NEW[old])
-    kappas = sensitivity(monkeypatch, *OLD_TO_NEW[old])
+    kappas = sensitivity(monkeypatch, lambda: pinned_values(*OLD_TO_NEW[old]))
     for before, now, kappa in zip(PINS[old], new, kappas, strict=True):
-        assert now == pytest.approx(before, rel=SAFETY * EPS * (kappa + FLOOR), abs=0)
+        assert now == pytest.approx(before, rel=tolerance(kappa), abs=0)
 
 
 def test_the_tolerance_is_tight_where_the_stack_is_well_conditioned(monkeypatch):
     # The measured tolerance is not a blanket: every number of the scaled stack keeps within
     # 1e-12 (its worst, the mean cosine, has kappa ~100); the naive chaotic ratio gets ~1e-4.
-    scaled = sensitivity(monkeypatch, "scaled", "rmsnorm")
-    assert max(SAFETY * EPS * (k + FLOOR) for k in scaled) < 1e-12
-    naive = sensitivity(monkeypatch, "none", "none")
-    assert 1e-8 < SAFETY * EPS * (naive[3] + FLOOR) < 1e-3  # the depth-64, g = 2 ratio
+    scaled = sensitivity(monkeypatch, lambda: pinned_values("scaled", "rmsnorm"))
+    assert max(tolerance(k) for k in scaled) < 1e-12
+    naive = sensitivity(monkeypatch, lambda: pinned_values("none", "none"))
+    assert 1e-8 < tolerance(naive[3]) < 1e-3  # the depth-64, g = 2 ratio
 
 
 def test_write_scale_is_the_models_rule_over_the_toy_stacks_writes():
