@@ -1,5 +1,6 @@
 """Known answers for the widened residual streams: hc, mhc (n copies) and attnres (depth history)."""
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -279,7 +280,11 @@ def test_greedy_generation_is_identical_with_and_without_the_cache(residual, n):
         full = model(idx)
         cache = KVCache(model.cfg, 2, 40, torch.float32, "cpu")
         parts = torch.cat([model(idx[:, a:b], cache=cache) for a, b in ((0, 5), (5, 6), (6, 12))], 1)
-    assert torch.allclose(parts, full, atol=1e-5)
+        exact = copy.deepcopy(model).double()(idx)
+    # Cached and full passes differ by float32 rounding only: within 8x the full pass's own
+    # distance from float64 (measured across CPU kernels and 1-2 threads: up to 1.43x).
+    spread = max(float((full.double() - exact).abs().max()), 1e-6 * float(full.abs().max()))
+    assert float((parts - full).abs().max()) <= 8 * spread
 
 
 def test_stream_view_is_the_sum_of_copies():
