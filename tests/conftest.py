@@ -1,5 +1,7 @@
 """Test-wide settings: one torch thread (tiny models on a 2-core machine run far
-faster single-threaded, and tests may share the machine with other work)."""
+faster single-threaded, and tests may share the machine with other work).
+DEPTHLAB_TEST_THREADS=N runs them on N threads instead: scripts/test_kernels.sh uses it
+to check that no numeric test depends on the thread count."""
 
 import os
 
@@ -7,7 +9,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(os.environ.get("DEPTHLAB_TEST_THREADS", "1")))
 
 
 # The browser tests' module fixtures (tests/page_harness.py holds the pieces; it is

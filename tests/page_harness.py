@@ -20,12 +20,6 @@ BROWSER_MARKS = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
 ]
 
-# Installed before any page script: every long task (> 50 ms) the page causes.
-LONG_TASKS = """window.__longTasks = [];
-new PerformanceObserver((l) => l.getEntries().forEach((e) => window.__longTasks.push([Math.round(e.startTime), Math.round(e.duration)])))
-  .observe({type: 'longtask', buffered: true});"""
-
-
 def micro_runs(tmp_path_factory) -> Path:
     """A micro `residual` experiment: real charts from a real (tiny) run."""
     from depthlab.experiments import run_experiment

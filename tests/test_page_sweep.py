@@ -3,8 +3,9 @@ the static export: each N (1..64) and each g step (0.50..2.00) is visited, under
 setting of the switches (each residual of the registry, with and without the input norm)
 and both modes, and each chart must hold exactly the numbers the API
 (or the embedded data) gives for that state, with finite, distinct, correct tick labels,
-every value on its axis, no error, no console error, and no long task over 200 ms once the
-page has started (1 s while its scripts are parsed, which depends on the machine's load).
+every value on its axis, no error and no console error. How long the page's tasks take
+depends on the machine and its load: bench/page_long_tasks.py measures them against their
+budgets (200 ms once started, 1 s at start-up); tests never time.
 
 States: every (mode, toggles) pair at the four corners of the (N, g) square, then N = 1..64
 each once with g walking all 31 steps (twice over), the pairs taking turns; then a drag of
@@ -15,7 +16,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from page_harness import BROWSER_MARKS, CHECK_STATE, LONG_TASKS, Watch, serve
+from page_harness import BROWSER_MARKS, CHECK_STATE, Watch, serve
 
 from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
 
@@ -25,11 +26,6 @@ pytestmark = [*BROWSER_MARKS, pytest.mark.slow]
 GAINS = [round(0.5 + 0.05 * i, 2) for i in range(31)]
 COMBOS = [{"mode": m, "residual": r, "norm": n}
           for m in ("gradient", "collapse") for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)]
-LONG_TASK_MS = 200  # once the page has started: any input, any redraw
-# While it starts, parsing and compiling the scripts (uPlot is 50 kB) is one task whose length
-# follows the machine's load (70 ms idle, near 300 ms with both cores busy): a freeze like
-# the 18 s one this test was written for still fails it.
-LOAD_TASK_MS = 1000
 
 
 def states() -> list[dict]:
@@ -73,7 +69,6 @@ def drag(page, slider: str, values) -> None:
 
 def sweep(page, url: str, want_from: str) -> list[str]:
     watch = Watch(page)
-    page.add_init_script(LONG_TASKS)
     page.goto(url + "#lang=en&n=32&g=1.00")
     page.wait_for_function("() => window.DL && DL.ready", timeout=20000)
     bad = []
@@ -86,12 +81,6 @@ def sweep(page, url: str, want_from: str) -> list[str]:
     drag(page, "n", list(range(1, 65)))
     drag(page, "g", [f"{g:.2f}" for g in reversed(GAINS)])
     bad += page.evaluate(CHECK_STATE, [{}, want_from])
-    boot = page.evaluate("() => DL.bootAt")
-    tasks = page.evaluate("() => window.__longTasks")
-    long = [t for t in tasks if t[0] >= boot and t[1] > LONG_TASK_MS]
-    long += [t for t in tasks if t[0] < boot and t[1] > LOAD_TASK_MS]
-    if long:
-        bad.append(f"long tasks (start, ms; start-up ended at {boot:.0f}): {long}")
     bad += [f"console: {e}" for e in watch.errors]
     return bad
 

@@ -2,13 +2,16 @@
 
 PINS were computed by the previous implementation (its own `_write` and `rms_normalize`,
 toggles residual / prenorm / scale_writes), on main at 7504376, before the simulator
-switched to the model's modules; the same settings must give the same numbers within 1e-12.
+switched to the model's modules; the same settings must give the same numbers, within what
+rounding on another CPU can move each one: a tolerance measured from each number's own
+conditioning (tests/conditioning.py).
 """
 
 import math
 
 import pytest
 import torch
+from conditioning import sensitivity, tolerance
 
 from depthlab.errors import UserError
 from depthlab.model import residual as registry
@@ -47,10 +50,20 @@ def pinned_values(residual: str, norm: str) -> tuple[float, ...]:
 
 
 @pytest.mark.parametrize("old", list(PINS), ids=lambda t: "+".join(OLD_TO_NEW[t]))
-def test_every_number_equals_the_previous_implementation(old):
+def test_every_number_equals_the_previous_implementation(old, monkeypatch):
     new = pinned_values(*OLD_TO_NEW[old])
-    for before, now in zip(PINS[old], new, strict=True):
-        assert now == pytest.approx(before, rel=1e-12, abs=1e-300)
+    kappas = sensitivity(monkeypatch, lambda: pinned_values(*OLD_TO_NEW[old]))
+    for before, now, kappa in zip(PINS[old], new, kappas, strict=True):
+        assert now == pytest.approx(before, rel=tolerance(kappa), abs=0)
+
+
+def test_the_tolerance_is_tight_where_the_stack_is_well_conditioned(monkeypatch):
+    # The measured tolerance is not a blanket: every number of the scaled stack keeps within
+    # 1e-12 (its worst, the mean cosine, has kappa ~100); the naive chaotic ratio gets ~1e-4.
+    scaled = sensitivity(monkeypatch, lambda: pinned_values("scaled", "rmsnorm"))
+    assert max(tolerance(k) for k in scaled) < 1e-12
+    naive = sensitivity(monkeypatch, lambda: pinned_values("none", "none"))
+    assert 1e-8 < tolerance(naive[3]) < 1e-3  # the depth-64, g = 2 ratio
 
 
 def test_write_scale_is_the_models_rule_over_the_toy_stacks_writes():

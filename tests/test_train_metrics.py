@@ -52,12 +52,15 @@ def test_a_short_run_logs_the_recorded_lines_and_numbers(tmp_path):
         torch.set_num_threads(threads)
     assert [(r["kind"], r["step"], list(r)) for r in rows] == \
         [(r["kind"], r["step"], list(r)) for r in EXPECTED]
-    # Float32 sums may round differently on another CPU's kernels; on one machine the
-    # numbers are bitwise equal, so any change in what is computed exceeds 1e-6.
+    # Float32 sums round differently on another CPU's kernels, and six AdamW steps carry it
+    # on: measured under ATen's default, avx2 and avx512 kernels and MKL at AVX2 or SSE4.2,
+    # the numbers move up to 7.3e-7 relative (input_dependence, a small difference; the
+    # gradients 5.8e-7, losses 1.2e-7). Allowed 1e-5; a change in what is computed (lr,
+    # init, a term of the loss) moves the losses by 1e-3 or more.
     for got, want in zip(rows, EXPECTED, strict=True):
         for key, value in want.items():
             numeric = isinstance(value, float) or isinstance(value, list)
-            expected = pytest.approx(value, rel=1e-6, abs=1e-9) if numeric else value
+            expected = pytest.approx(value, rel=1e-5, abs=1e-9) if numeric else value
             assert got[key] == expected, (got["kind"], got["step"], key)
     assert (summary.status, summary.step) == ("completed", 6)
     assert summary.train_loss == rows[-4]["loss"] and summary.val_loss == rows[-3]["val_loss"]
