@@ -52,6 +52,7 @@ def test_answers_without_importing_torch(argv):
     assert result["code"] == (2 if "x" in argv or "no-such-config" in argv else 0)
 
 
+@pytest.mark.slow
 def test_the_check_sees_torch_where_a_command_needs_it():
     result = run_fresh("probe", "gradflow", "--depth", "2")
     assert result["code"] == 0 and result["torch"] is True

@@ -272,6 +272,7 @@ def test_input_dependence_is_zero_for_a_constant_predictor():
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
+@pytest.mark.slow
 def test_export_follows_the_schema_and_charts_exist(micro_runs, name):
     root = micro_runs / name
     export = json.loads((root / "export.json").read_text())

@@ -333,6 +333,7 @@ def test_composite_gain_is_one_for_doubly_stochastic_and_grows_for_unconstrained
 
 # --- one micro run through the runner, with the arms every build has ----------------
 
+@pytest.mark.slow
 def test_micro_run_exports_the_report_and_the_page_data(tmp_path, monkeypatch):
     monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
     subset = replace(f.EXPERIMENT, grid=lambda base, b, seeds: f.grid(base, b, seeds, only=ON_MAIN))

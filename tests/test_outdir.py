@@ -61,6 +61,7 @@ def a_run(tmp_path) -> Path:
 
 # --- a trainer's directory cannot be replaced under it ------------------------------------
 
+@pytest.mark.slow
 def test_a_running_trainer_keeps_its_directory_against_every_hf_command(
         tmp_path, gguf_file, hf_dir, capsys):
     run = tmp_path / "run"

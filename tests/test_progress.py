@@ -176,6 +176,7 @@ def test_trainer_prints_plain_lines_when_stderr_is_not_a_terminal(tmp_path, caps
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_lab_logs_every_run_and_ends_with_the_conclusions(tmp_path, capsys, every_report):
     from depthlab.cli import main
 

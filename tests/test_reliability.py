@@ -59,6 +59,7 @@ def test_a_held_run_directory_refuses_a_second_trainer_naming_the_pid(tmp_path, 
     assert code == 0
 
 
+@pytest.mark.slow
 def test_two_real_trainers_on_one_directory(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -237,6 +238,7 @@ def test_overflow_inside_the_optimizer_is_divergence():
 
 # --- experiments know what they reuse ---------------------------------------------------
 
+@pytest.mark.slow
 def test_an_experiment_refuses_runs_of_another_corpus_and_reruns_them(tmp_path):
     other = tmp_path / "other.txt"
     other.write_text(Path(TEXT).read_text(encoding="utf-8")[::-1], encoding="utf-8")
@@ -321,6 +323,7 @@ print((hwm - base) * 1024)
 @pytest.mark.parametrize("name,changes", [
     ("course", {}), ("gpt2", {}), ("course", {"residual": "hc", "streams": 8}),
     ("course", {"residual": "mhc", "streams": 16}), ("course", {"residual": "attnres"})])
+@pytest.mark.slow
 def test_memory_estimate_is_within_a_factor_of_the_measured_peak(name, changes):
     """Within 2x of the peak for every residual: hc/mhc's n copies of the stream and
     attnres's history are counted (without them mhc at 16 streams read 0.2x)."""

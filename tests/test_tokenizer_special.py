@@ -136,6 +136,7 @@ def test_bpe_ids_agree_with_hugging_face_tokenizers_on_the_same_merges(tokenizer
         assert ours.decode(want) == theirs.decode(want, skip_special_tokens=False) == text
 
 
+@pytest.mark.slow
 def test_imported_smollm2_decodes_its_special_tokens_verbatim(tmp_path):
     """SmolLM2's tokenizer as `depthlab hf import-gguf` writes it (tokenizer.json, read back
     by load_tokenizer): special tokens are one id each and come back in the text."""

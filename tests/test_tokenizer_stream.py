@@ -88,6 +88,7 @@ def _digest(ids: list[int]) -> int:
     return digest
 
 
+@pytest.mark.slow
 def test_stream_memory_does_not_grow_with_the_file(tokenizers, tmp_path):
     """Files of 128 KiB and 384 KiB: the peak of what Python holds while streaming (about
     one chunk of text and its ids) stays under a cap below the smaller file's size, and is

@@ -116,6 +116,7 @@ def test_resume_refuses_a_different_schedule(tmp_path):
         train(config(steps=20), tmp_path / "run", progress=False)
 
 
+@pytest.mark.slow
 def test_sigint_in_a_subprocess_saves_and_marks_interrupted(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "depthlab", "train", "--preset", "tiny", "--corpus", TEXT,
