@@ -164,14 +164,20 @@ NEW_RESIDUAL = textwrap.dedent("""
 """)
 
 
-def test_a_new_residual_is_its_spec_and_its_registry_entry():
+def run_fresh(script: str) -> dict:
+    """The JSON a script prints last, run in a fresh interpreter (its registry additions
+    must not leak into other tests)."""
     import json
 
-    done = subprocess.run([sys.executable, "-c", NEW_RESIDUAL], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
                                                        "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_new_residual_is_its_spec_and_its_registry_entry():
+    out = run_fresh(NEW_RESIDUAL)
     assert out["config"] and out["write_scale"] == 0.5 and out["built"] == 0.5
     assert out["memory"] and out["schema"] == "half" and out["simulator"] == [True, True]
     assert out["meta"] == "x ← x + F(x) / 2"
@@ -227,13 +233,7 @@ NEW_NORM = textwrap.dedent("""
 
 
 def test_a_new_norm_is_its_spec_and_its_registry_entry():
-    import json
-
-    done = subprocess.run([sys.executable, "-c", NEW_NORM], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-                                                       "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_fresh(NEW_NORM)
     assert out["config"] and out["label"] == "MaxNorm" and out["meta"] == ["MaxNorm"]
     assert out["finite"]
     assert out["decode"] == "model.norm=maxnorm, which the decode step does not implement"
