@@ -101,7 +101,7 @@
       if (rest.length) {
         body.append(DL.h("h3", {}, DL.t("p.others")));
         body.append(DL.h("ul", { class: "others" }, rest.map((i) => DL.h("li", { id: "exp-" + i.name },
-          DL.h("code", {}, i.name), i.question ? ": " + DL.tr(i.question) : "", " ",
+          DL.h("code", {}, i.name), i.question ? DL.t("b.d.colon") + DL.tr(i.question) : "", " ",
           source.kind === "static" ? "" : DL.h("code", { class: "cmd" }, i.command)))));
       }
     }
