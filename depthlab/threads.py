@@ -2,10 +2,14 @@
 
 One thread for models up to d_model 256 and under torchrun: bench/train_speed.py found
 that two threads never paid for their extra CPU time at the course shapes. A wider model
-(SmolLM2 is d_model 576) gets the cores this process may use that the machine is not
-already busy with: the cores minus the 1-minute load average, at least one. On a busy
-2-core machine `generate` of SmolLM2 ran eight times slower on two threads than on one,
-because the threads waited on each other behind other work.
+(SmolLM2 is d_model 576) that only runs forward (generate, probes, conversions) gets the
+cores this process may use that the machine is not already busy with: the cores minus
+the 1-minute load average, at least one. On a busy 2-core machine `generate` of SmolLM2
+ran eight times slower on two threads than on one, because the threads waited on each
+other behind other work. Training a wide model takes every usable core whatever the
+load, so its thread count, and with it the rounding of its reductions, is the same on
+every run of the same command (the same numbers, and a resume that continues bitwise);
+`--threads 1` is the choice when the machine is busy.
 
 `--threads N` (train.threads for training) overrides the rule, from 1 up to the cores
 this process may use; 0 means the rule. Beyond the cores torch itself can crash.
@@ -20,9 +24,12 @@ from depthlab.errors import UserError
 
 SMALL_D_MODEL = 256  # up to this width one thread is fastest per CPU-second
 
-HELP = ("torch threads, 1 to the cores this process may use; default 0: automatic, the "
-        "rule training uses: one for models up to d_model 256, else the idle cores (cores "
-        "minus the 1-minute load average, at least one)")
+HELP = ("torch threads, 1 to the cores this process may use; default 0: automatic: one "
+        "for models up to d_model 256, else the idle cores (cores minus the 1-minute load "
+        "average, at least one)")
+TRAIN_HELP = ("torch threads, 1 to the cores this process may use; default 0: automatic: one "
+              "for models up to d_model 256, else every usable core, whatever the load, so a "
+              "run repeats bitwise (give 1 when anything else runs)")
 
 
 def usable_cores() -> int:
@@ -41,12 +48,15 @@ def _load() -> float:
 
 
 def auto_threads(d_model: int | None, world: int = 1, cores: int | None = None,
-                 load: float | None = None) -> int:
+                 load: float | None = None, training: bool = False) -> int:
     """The rule for `--threads 0`: `d_model` None is a model of unknown width (a
-    checkpoint being converted), treated as wide."""
+    checkpoint being converted), treated as wide. `training`: a wide model gets every
+    usable core, not the idle ones, so the count does not depend on the load."""
     if world > 1 or (d_model is not None and d_model <= SMALL_D_MODEL):
         return 1
     cores = usable_cores() if cores is None else cores
+    if training:
+        return cores
     load = _load() if load is None else load
     return max(1, cores - int(load))
 
@@ -61,11 +71,11 @@ def check_threads(requested: int, name: str = "--threads") -> int:
 
 
 def use_threads(requested: int, d_model: int | None, world: int = 1,
-                name: str = "--threads") -> int:
+                name: str = "--threads", training: bool = False) -> int:
     """Set torch's thread count from `requested` (0: the rule) and return it."""
     import torch
 
-    n = check_threads(requested, name) or auto_threads(d_model, world)
+    n = check_threads(requested, name) or auto_threads(d_model, world, training=training)
     torch.set_num_threads(n)
     return n
 

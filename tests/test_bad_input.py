@@ -43,6 +43,10 @@ def test_the_thread_rule():
     assert auto_threads(576, cores=2, load=5.3) == 1  # busy machine: one, never zero
     assert auto_threads(576, world=2, cores=16, load=0.0) == 1  # torchrun: one per process
     assert auto_threads(None, cores=6, load=0.0) == 6  # unknown width counts as wide
+    # training a wide model: every core whatever the load, so a run repeats bitwise
+    assert auto_threads(576, cores=4, load=3.7, training=True) == 4
+    assert auto_threads(128, cores=4, load=0.0, training=True) == 1
+    assert auto_threads(576, world=2, cores=4, load=0.0, training=True) == 1
 
 
 def test_threads_are_bounded_by_the_usable_cores():

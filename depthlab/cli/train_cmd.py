@@ -17,7 +17,7 @@ from depthlab.cli.common import add_config_args, config_from_args, print_json
 from depthlab.config import apply_overrides, validate
 from depthlab.corpus import corpus_label
 from depthlab.errors import UserError
-from depthlab.threads import HELP as THREADS_HELP
+from depthlab.threads import TRAIN_HELP as THREADS_HELP
 
 
 def register(sub: argparse._SubParsersAction) -> None:

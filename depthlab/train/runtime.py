@@ -118,7 +118,8 @@ def start(cfg: Config) -> Runtime:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on tensor cores
         torch.backends.cudnn.allow_tf32 = True
-    use_threads(cfg.train.threads, cfg.model.d_model, world, name="train.threads (--threads)")
+    use_threads(cfg.train.threads, cfg.model.d_model, world, name="train.threads (--threads)",
+                training=True)
     owns = False
     if world > 1:
         if cfg.train.batch_size % world:
