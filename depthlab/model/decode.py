@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from depthlab.config import FFNS, NORM_SCALES, PLACEMENTS, POSITIONS, ModelConfig
+from depthlab.config import ModelConfig
 from depthlab.hooks import _global_hooks_set
 from depthlab.model.attention import Attention, KVCache, rotate_half
 from depthlab.model.ffn import MLP, SwiGLU
@@ -229,20 +229,22 @@ class _Block:
 # as `Block.forward` does (ANY: every valid value). A field with no entry, or a value
 # outside its set, sends `generate` to the readable forward with the reason, and
 # tests/test_decode.py fails when ModelConfig gains a field that has no entry here: a new
-# switch cannot reach the step without someone deciding how the step computes it.
+# switch cannot reach the step without someone deciding how the step computes it. The
+# value sets are written out, not read from the registries: a new FFN, norm, placement or
+# position falls back until the step computes it.
 ANY = None
 IMPLEMENTS: dict[str, frozenset | None] = {
     "vocab_size": ANY, "context_len": ANY, "n_layers": ANY, "d_model": ANY,
     "n_heads": ANY, "n_kv_heads": ANY, "head_dim": ANY, "d_ff": ANY,
-    "ffn": frozenset(FFNS), "ffn_clamp": ANY,
+    "ffn": frozenset({"relu", "gelu", "swiglu"}), "ffn_clamp": ANY,
     # the norms `_norm` computes (a new norm falls back until it is added there)
     "norm": frozenset({"none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt"}),
-    "norm_eps": ANY, "placement": frozenset(PLACEMENTS),
+    "norm_eps": ANY, "placement": frozenset({"pre", "post", "sandwich", "output"}),
     "residual": frozenset({"none", "plain", "scaled", "rezero", "deepnorm"}),  # one stream
-    "norm_scale": frozenset(NORM_SCALES), "value_residual": ANY,
+    "norm_scale": frozenset({"none", "depth"}), "value_residual": ANY,
     "streams": frozenset({1}),
     "final_norm": ANY, "qk_norm": ANY, "attn_gate": ANY,
-    "position": frozenset(POSITIONS), "rope_theta": ANY,
+    "position": frozenset({"rope", "learned"}), "rope_theta": ANY,
     "bias": ANY, "qkv_bias": ANY, "tie_embeddings": ANY,
     "init_std": ANY, "init_gain": ANY, "scaled_init": ANY,  # where the weights start: no forward
 }
