@@ -121,14 +121,20 @@ def test_published_specs_are_json_and_carry_no_code():
     assert all(isinstance(v, (str, bool, list)) for s in specs["residuals"] for v in s.values())
 
 
-# A residual that exists only in this test: x <- x + F(x) / 2, added the way the recipe in
-# docs/architecture.md says (a spec and a registry entry), before anything reads them.
-NEW_RESIDUAL = textwrap.dedent("""
+# The spec table loaded first and alone, so a test can add an entry before the config,
+# the model and the page read it.
+LOAD_VARIANTS = textwrap.dedent("""
     import importlib.util, json, sys
     spec = importlib.util.spec_from_file_location("depthlab.variants", "depthlab/variants.py")
     variants = importlib.util.module_from_spec(spec)
     sys.modules["depthlab.variants"] = variants
     spec.loader.exec_module(variants)
+""")
+
+
+# A residual that exists only in this test: x <- x + F(x) / 2, added the way the recipe in
+# docs/architecture.md says (a spec and a registry entry), before anything reads them.
+NEW_RESIDUAL = LOAD_VARIANTS + textwrap.dedent("""
     variants.RESIDUAL_SPECS["half"] = variants.ResidualSpec(
         "half", "x ← x + F(x) / 2", "nothing to initialise", write_scale=lambda writes: 0.5)
 
@@ -186,12 +192,7 @@ def test_a_new_residual_is_its_spec_and_its_registry_entry():
 
 
 # A norm that exists only in this test, x / max|x| * w, added the same way.
-NEW_NORM = textwrap.dedent("""
-    import importlib.util, json, sys
-    spec = importlib.util.spec_from_file_location("depthlab.variants", "depthlab/variants.py")
-    variants = importlib.util.module_from_spec(spec)
-    sys.modules["depthlab.variants"] = variants
-    spec.loader.exec_module(variants)
+NEW_NORM = LOAD_VARIANTS + textwrap.dedent("""
     variants.NORM_SPECS["maxnorm"] = variants.NormSpec(
         "maxnorm", "MaxNorm", "x / max|x| · w", "w = 1", params=lambda d: d)
 
