@@ -1,10 +1,12 @@
 """Numbers as a person types them, on a Chinese keyboard as well as an English one.
 
 A Chinese input method gives full-width forms: "３，４", "－０．５", an ideographic
-comma "3、4" or space. `normalize` folds them with Unicode NFKC (which maps the
-full-width digits, comma, period, minus, semicolon and space to ASCII) and maps the
-minus signs NFKC keeps (U+2212 and the dashes a word processor makes of "-"); then
-`parse_numbers` reads numbers separated by commas, semicolons or spaces.
+comma "3、4" or space. `normalize` folds the width forms with Unicode NFKC (the
+full-width digits, comma, period, minus, semicolon, the small forms and the wide
+spaces) and maps the minus signs NFKC keeps (U+2212 and the dashes a word processor
+makes of "-"); then `parse_numbers` reads numbers separated by commas, semicolons or
+spaces. Only width forms are folded: NFKC of the whole text would read "3²" as 32 and
+"①" as 1, which are refused instead.
 
 The page's vector box, `POST /api/norms` with `x` given as text, and `depthlab probe
 norms` all read through here. The page's copy (`DL.parseNumbers` in
@@ -33,9 +35,14 @@ class NumberTextError(ValueError):
         self.piece = piece
 
 
+# The width forms: no-break and wide spaces, the ideographic space, the small forms
+# (﹐ ﹒ ﹣ ...) and the full-width forms of ASCII (０-９ ， ． － ...).
+_WIDTH_FORMS = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000\ufe50-\ufe6b\uff01-\uff5e]")
+
+
 def normalize(text: str) -> str:
     """`text` with full-width digits, signs and separators folded to ASCII."""
-    return unicodedata.normalize("NFKC", text).translate(_MINUS)
+    return _WIDTH_FORMS.sub(lambda m: unicodedata.normalize("NFKC", m[0]), text).translate(_MINUS)
 
 
 def parse_number(text: str) -> float:

@@ -195,7 +195,9 @@
   const MINUS = /[\u2212\u2012\u2013]/g;
   const SEPARATORS = /[\t\n\v\f\r ,;、\u0085\u2028\u2029]+/;
   const NUMBER = /^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$/;
-  DL.normalizeNumbers = (text) => text.normalize("NFKC").replace(MINUS, "-");
+  // only the width forms (full-width, small, wide spaces): NFKC of all would read 3² as 32
+  const WIDTH_FORMS = /[\u00a0\u2000-\u200a\u202f\u205f\u3000\ufe50-\ufe6b\uff01-\uff5e]/g;
+  DL.normalizeNumbers = (text) => text.replace(WIDTH_FORMS, (c) => c.normalize("NFKC")).replace(MINUS, "-");
   // {x: the numbers, bad: null} or {x: null, bad: the first piece that is not a number}
   DL.parseNumbers = (text) => {
     const pieces = DL.normalizeNumbers(text).split(SEPARATORS).filter(Boolean);
