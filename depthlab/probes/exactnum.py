@@ -22,6 +22,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from depthlab.errors import UserError
+from depthlab.numtext import normalize
 
 SIG_DIGITS = 12  # the significant digits of a value too long to write in full
 POSITIONAL = (-4, 12)  # ... written without an exponent when 10^-4 <= |value| < 10^12
@@ -34,7 +35,6 @@ MAX_INTEGER_BITS = 3300
 # (a longer one would make the exact arithmetic astronomically large).
 _DECIMAL = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d{1,3})?$")
 MAX_TYPED_CHARS = 40
-_FULL_WIDTH = {0xFF10 + i: ord("0") + i for i in range(10)} | {0xFF0E: ord("."), 0xFF0D: ord("-")}
 
 
 def parse_decimal(value: str | float | int | Fraction | Decimal, name: str = "value") -> Fraction:
@@ -53,8 +53,7 @@ def parse_decimal(value: str | float | int | Fraction | Decimal, name: str = "va
         if not math.isfinite(value):
             raise UserError(f"{name} must be a finite number, got {value!r}")
         return Fraction(repr(value))
-    text = str(value).strip().replace("\u2212", "-")
-    text = text.translate(_FULL_WIDTH)
+    text = normalize(str(value)).strip()  # full-width digits and signs, the unicode minus
     if len(text) > MAX_TYPED_CHARS or not _DECIMAL.match(text):
         raise UserError(f"{name} must be a decimal number such as -0.1 or 2.5e-3 (exponent at most "
                         f"3 digits, at most {MAX_TYPED_CHARS} characters), got {str(value)!r}")
