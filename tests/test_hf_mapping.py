@@ -1,6 +1,6 @@
 """The one Hugging Face mapping (depthlab/hf/mapping.py): its defaults are Transformers'
 own, export and import invert each other, anatomy reads what import reads (and more,
-never differently), and the README holds the table the code reads."""
+never differently), and docs/real-models.md holds the table the code reads."""
 
 import importlib.util
 from dataclasses import replace
@@ -124,15 +124,15 @@ def test_gpt2_config_from_the_table_is_the_shipped_gpt2():
     assert (m.context_len, m.ffn_hidden, m.norm_eps) == (1024, 3072, 1e-5)
 
 
-def test_readme_holds_the_generated_table():
+def test_the_docs_hold_the_generated_table():
     spec = importlib.util.spec_from_file_location("hf_mapping_table",
                                                   ROOT / "scripts" / "hf_mapping_table.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert script.with_table(readme) == readme, "run python scripts/hf_mapping_table.py"
+    page = (ROOT / "docs" / "real-models.md").read_text(encoding="utf-8")
+    assert script.with_table(page) == page, "run python scripts/hf_mapping_table.py"
     for fam in FAMILIES.values():
-        assert f"`{fam.name}`" in readme
+        assert f"`{fam.name}`" in page
 
 
 def test_help_is_the_table(capsys):

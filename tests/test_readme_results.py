@@ -1,5 +1,6 @@
-"""The README's Results section is what scripts/update_readme_results.py writes from the
-exports committed in docs/results/: no number in it is typed by hand."""
+"""docs/results.md's results section and the README's summary of it are what
+scripts/update_readme_results.py writes from the exports committed in docs/results/: no
+number in either is typed by hand."""
 
 from __future__ import annotations
 
@@ -18,19 +19,35 @@ def load_script():
     return module
 
 
+def between(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end) + len(end)]
+
+
 def test_results_section_is_rendered_from_the_committed_exports():
     script = load_script()
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    start, end = readme.index(script.START), readme.index(script.END) + len(script.END)
-    assert readme[start:end] == script.section(script.committed_exports())
+    doc = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert between(doc, script.START, script.END) == script.section(script.committed_exports())
 
 
-def test_every_chart_the_section_shows_is_committed():
+def test_readme_summary_is_rendered_from_the_committed_exports():
+    script = load_script()
+    exports = script.committed_exports()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    shown = re.findall(r"\]\((docs/results/[^)]+\.png)\)", readme)
-    assert shown, "the Results section shows no chart"
-    for path in shown:
-        assert (ROOT / path).is_file(), path
+    said = between(readme, script.SUMMARY_START, script.SUMMARY_END)
+    assert said == script.summary(exports)
+    for name, export in exports.items():  # each headline is its experiment's first conclusion
+        assert f"[{name}](docs/results.md#{name})" in said
+        if export is not None:
+            assert export["conclusions"][0]["en"] in said
+
+
+def test_every_chart_the_section_and_summary_show_is_committed():
+    for page, base in (("docs/results.md", ROOT / "docs"), ("README.md", ROOT)):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        shown = re.findall(r"\]\(((?:docs/)?results/[^)]+\.png)\)", text)
+        assert shown, f"{page} shows no chart"
+        for path in shown:
+            assert (base / path).is_file(), (page, path)
 
 
 def test_an_export_of_another_budget_is_not_shown_as_standard(tmp_path, monkeypatch):

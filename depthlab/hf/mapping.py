@@ -5,9 +5,9 @@ config.json field with the ModelConfig field it becomes, the value Transformers'
 config class assumes when the field is missing, and what null means; the switches
 the family fixes; the fields whose values the model does not implement; the tensor
 names. Import (`hf import`, `hf import-gguf`), export, anatomy, the CLI help and the
-README's table are all read from here, so they cannot disagree: `config_map.py` reads
+table in docs/real-models.md are all read from here, so they cannot disagree: `config_map.py` reads
 and writes config.json by it, `weights.py` renames tensors by it, `mapping_doc.py`
-writes it out for the help and the README.
+writes it out for the help and that page.
 
 Two purposes read a config.json: IMPORT builds a model that must compute what the
 checkpoint computes, so every refusal applies; ANATOMY only counts parameters and

@@ -1,5 +1,5 @@
-"""The one Hugging Face mapping in words: the README's table and the CLI help, generated
-from `depthlab/hf/mapping.py` so that neither can drift from what the code reads."""
+"""The one Hugging Face mapping in words: docs/real-models.md's table and the CLI help,
+generated from `depthlab/hf/mapping.py` so that neither can drift from what the code reads."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def field_rows(fams: list[Family] | None = None) -> list[tuple[str, str, str, st
 
 
 def markdown_table() -> str:
-    """The README's table (tests/test_hf_mapping.py checks the README holds exactly this)."""
+    """docs/real-models.md's table (tests/test_hf_mapping.py checks the page holds exactly this)."""
     lines = ["| config.json | depthlab | missing | null | families |", "|---|---|---|---|---|"]
     for hf, ours, missing, null, names in field_rows():
         hf_cell = f"`{hf}`" + (f" (or `{ROPE_NEWER}`)" if hf == ROPE_FIELD else "")
