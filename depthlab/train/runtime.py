@@ -3,7 +3,7 @@
 Thread default (train.threads=0): depthlab.threads' rule, shared by every command that
 runs a model: one thread per process up to d_model 256 and always under torchrun; the
 idle cores only for wider models. bench/train_speed.py measures one against two threads
-at the course shapes (README "Speed" has its figures).
+at the course shapes (docs/speed.md has its figures).
 
 On CUDA: TF32 matmuls, pinned host batches copied without blocking; bf16 autocast
 (train.dtype), fused AdamW and flash attention (SDPA with is_causal picks it for

@@ -1,7 +1,7 @@
 """How a trainer takes a run directory: lock it, clean up after a killed writer, and
 decide between a fresh start, a resume and "already finished" without losing work.
 
-The rules (README "Reliability"):
+The rules (docs/reliability.md):
 - one process per run directory (depthlab.rundir.DirLock; rank 0 under torchrun);
 - a fresh run needs an empty directory, or --overwrite, which replaces only a run
   depthlab wrote (depthlab.outdir);
