@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every experiment of the registry (`depthlab experiment --list --names`) at the
 # `standard` budget, two at a time with one thread each on a 2-core machine (each
-# writes OUT/NAME.log), and rewrite the README's Results section from the exports.
+# writes OUT/NAME.log), and rewrite docs/results.md and the README's summary from the
+# exports.
 # Interrupt at will: the same command resumes where it stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
