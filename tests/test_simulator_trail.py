@@ -4,13 +4,14 @@ hand from the documented recipe (weights ~ normal(0, g^2 / fan_in) from the (see
 generator), at the slider ends and between them.
 """
 
+import json
 import math
 
 import pytest
 import torch
 
 from depthlab.locales import LANGS, table
-from depthlab.probes.simulator import TRAIL_WRITES, StackRequest, Trail, compare, short
+from depthlab.probes.simulator import TRAIL_WRITES, StackRequest, Trail, compare
 from depthlab.probes.simulator_bounds import PAGE_GAINS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
 
 F64 = torch.float64
@@ -83,7 +84,7 @@ def test_the_rule_is_measured_for_every_residual(residual, mode):
     assert js["rule"] == expected
     assert ("wxy" in js) == (expected == "other")
     if residual == "rezero":  # a = 0 at init: nothing is written, the token stays put
-        assert js["wlen"] == [0.0] * TRAIL_WRITES and js["reading"]["key"] == "read.trail.still"
+        assert js["wlen"] == [0.0] * TRAIL_WRITES and js["reading"] == "read.trail.still"
         assert len(set(js["len"])) == 1
 
 
@@ -113,21 +114,12 @@ def test_the_reading_names_a_sentence_of_both_languages_and_its_numbers():
     for residual, key in (("none", "read.trail.replace"), ("plain", "read.trail.add"),
                           ("rezero", "read.trail.still"), ("deepnorm", "read.trail.other")):
         t = compare(StackRequest(depth=8, gain=1.5, residual=residual), "gradient").improved.trail
-        r = t.to_json()["reading"]
-        assert r["key"] == key
-        s = torch.tensor(t.states, dtype=F64)
-        assert r["values"]["first"] == short(float(s[0].norm()))
-        assert r["values"]["last"] == short(float(s[-1].norm()))
-        assert r["values"]["k"] == 6
-        for lang in LANGS:  # the page adds the row's name
-            table(lang)[key].format(row="x", **r["values"])
-
-
-def test_short_writes_powers_of_ten_for_people():
-    assert short(0.00123456) == "0.00123"
-    assert short(1.2e-5) == "1.2 × 10⁻⁵"
-    assert short(2934.0) == "2.93e+03".replace("e+03", " × 10³")
-    assert short(0.0) == "0"
+        js = t.to_json()
+        assert js["reading"] == key
+        w = torch.tensor(t.writes, dtype=F64)
+        assert js["wmean"] == pytest.approx(float(w.norm(dim=1).mean()), rel=1e-12)
+        for lang in LANGS:  # the page fills these fields from the trail's numbers
+            table(lang)[key].format(row="x", k=6, first="1", last="2", w="3")
 
 
 def test_a_trail_of_one_write_has_two_states():
@@ -137,3 +129,16 @@ def test_a_trail_of_one_write_has_two_states():
     xy = torch.tensor(js["xy"], dtype=F64).view(-1, 2)
     assert xy.norm(dim=1).tolist() == pytest.approx([1.0, math.sqrt(5)], rel=1e-12)
     assert js["len"] == pytest.approx([1.0, math.sqrt(5)], rel=1e-12) and js["wlen"] == [2.0]
+
+
+def test_the_static_export_carries_each_rows_trail_rounded_and_small():
+    from depthlab.web.export import simulator_grid
+
+    grid = simulator_grid({"n": (2,), "g": (1.0,)})
+    for mode in ("gradient", "collapse"):
+        rows = [grid["naive"][mode]["2|1.00"], *grid["improved"][mode].values()]
+        for row in rows:
+            t = row["trail"]
+            assert len(t["xy"]) == 2 * 3 and len(t["len"]) == 3 and len(t["wlen"]) == 2
+            assert all(v == float(f"{v:.3g}") for v in t["xy"] + t["len"] + t["wlen"])
+            assert len(json.dumps(t, separators=(",", ":"))) < 300

@@ -156,16 +156,6 @@ def _row(result: object, fields: tuple[str, ...]) -> dict:
 
 TRAIL_WRITES = 6  # the writes the page draws as arrows: enough to see the pattern
 TRAIL_TOKEN = -1  # the last token: in collapse mode the only one that attends to all
-_SUP = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def short(v: float) -> str:
-    """3 significant digits for a sentence, powers of ten as x 10ⁿ: 0.0012 -> 1.2 × 10⁻³."""
-    text = f"{v:.3g}"
-    if "e" not in text:
-        return text
-    mantissa, exponent = text.split("e")
-    return f"{mantissa} × 10{str(int(exponent)).translate(_SUP)}"
 
 
 @dataclass(frozen=True)
@@ -221,28 +211,22 @@ class Trail:
             basis[1] = -basis[1]
         return basis, float((unit @ basis.T).pow(2).sum() / len(unit))
 
-    def reading(self, rule: str) -> dict:
-        """The picture's line: which sentence (a key of the page's text table) and its
-        numbers, filled by the page in its language."""
-        s, w = self._tensors()
-        first, last = float(s[0].norm()), float(s[-1].norm())
-        mean_write = float(w.norm(dim=1).mean())
-        values = {"k": len(self.writes), "first": short(first), "last": short(last),
-                  "w": short(mean_write)}
-        key = {"replace": "read.trail.replace", "add": "read.trail.add",
-               "other": "read.trail.other"}[rule]
-        if rule == "add" and mean_write == 0.0:
-            key = "read.trail.still"
-        return {"key": key, "values": values}
+    def reading(self, rule: str) -> str:
+        """The picture's line: the key of its sentence in the page's text table, which the
+        page fills with this trail's numbers (x0's length, the last state's, the mean write's)."""
+        if rule == "add" and not any(any(v) for v in self.writes):
+            return "read.trail.still"  # nothing written: ReZero at init
+        return "read.trail." + rule
 
     def to_json(self) -> dict:
         s, w = self._tensors()
         basis, kept = self.plane()
         rule = self.rule
+        lengths = w.norm(dim=1)
         out = {"token": self.token, "rule": rule, "kept": kept,
                "xy": json_list((s @ basis.T).flatten().tolist()),
-               "len": json_list(s.norm(dim=1).tolist()), "wlen": json_list(w.norm(dim=1).tolist()),
-               "reading": self.reading(rule)}
+               "len": json_list(s.norm(dim=1).tolist()), "wlen": json_list(lengths.tolist()),
+               "wmean": json_number(float(lengths.mean())), "reading": self.reading(rule)}
         if rule == "other":  # the writes are not the steps: drawn from each tip on their own
             out["wxy"] = json_list((w @ basis.T).flatten().tolist())
         return out

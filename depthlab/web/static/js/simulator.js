@@ -137,8 +137,9 @@
       const kept = DL.t("sim.trail.kept", { p: DL.fmt(100 * tr.kept, 2) });
       DL.arrows(box, trailSegments(tr), $("trail-ro-" + row), kept, DL.t(row === "plain" ? "sim.trail.red" : "sim.trail.green"));
       Object.assign(box.dataset, { rule: tr.rule, writes: tr.wlen.length });
-      said.push(DL.t(tr.reading.key, Object.assign({ row: DL.t(row === "plain" ? "sim.trail.red" : "sim.trail.green") },
-                                                   tr.reading.values)));
+      const K = tr.wlen.length;
+      said.push(DL.t(tr.reading, { row: DL.t(row === "plain" ? "sim.trail.red" : "sim.trail.green"), k: K,
+                                   first: DL.fmt(tr.len[0]), last: DL.fmt(tr.len[K]), w: DL.fmt(tr.wmean) }));
     }
     $("reading-trail").textContent = said.join(" ");
     const tr = r.improved.trail;
