@@ -141,7 +141,7 @@
       said.push(DL.t(tr.reading, { row: DL.t(row === "plain" ? "sim.trail.red" : "sim.trail.green"), k: K,
                                    first: DL.fmt(tr.len[0]), last: DL.fmt(tr.len[K]), w: DL.fmt(tr.wmean) }));
     }
-    $("reading-trail").textContent = said.join(" ");
+    $("reading-trail").textContent = said.join(DL.lang() === "zh" ? "" : " ");
     const tr = r.improved.trail;
     $("trail-note").textContent = tr ? DL.t("sim.trail.note", { token: tr.token + 1, k: tr.wlen.length }) : "";
   }
