@@ -36,8 +36,8 @@ def nudged(monkeypatch, compute: Callable[[], Sequence[float]], draw: int) -> Se
     gen = torch.Generator().manual_seed(draw)
 
     def nudge(f):
-        def call(*args):
-            t = f(*args)
+        def call(*args, **kwargs):
+            t = f(*args, **kwargs)
             return t * (1 + NUDGE * (2 * torch.rand(t.shape, generator=gen, dtype=t.dtype) - 1))
         return call
 

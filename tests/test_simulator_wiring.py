@@ -140,8 +140,8 @@ def test_one_json_shape_for_every_mode():
     assert grad.keys() == coll.keys() == {"kind", "request", "naive", "improved"}
     assert grad["request"] == req.to_json() and grad["request"]["residual"] == "scaled"
     assert grad["naive"].keys() == grad["improved"].keys() == {"ratio", "per_layer", "grad_norm",
-                                                                "stream_rms"}
-    assert coll["naive"].keys() == {"rel_distance", "mean_cosine", "stream_rms"}
+                                                                "stream_rms", "trail"}
+    assert coll["naive"].keys() == {"rel_distance", "mean_cosine", "stream_rms", "trail"}
     assert grad["naive"]["ratio"] == gradient_reach(req.naive()).ratio
     sweep = gain_sweep(req).to_json()
     assert sweep.keys() == {"kind", "request", "gains", "naive", "improved"}

@@ -148,7 +148,88 @@ class StackRequest:
 
 
 def _row(result: object, fields: tuple[str, ...]) -> dict:
-    return {name: json_list(getattr(result, name)) for name in fields}
+    return {name: json_list(getattr(result, name)) for name in fields} | {
+        "trail": result.trail.to_json()}
+
+
+# ---- one token's first writes, head to tail --------------------------------------------
+
+TRAIL_WRITES = 6  # the writes the page draws as arrows: enough to see the pattern
+TRAIL_TOKEN = -1  # the last token: in collapse mode the only one that attends to all
+
+
+@dataclass(frozen=True)
+class Trail:
+    """One token through the first writes of a stack, at full width: the stream's read-out
+    after each write (states[0] = the input) and each write as it entered the residual.
+
+    `rule` is how the states follow from the writes, measured, not assumed from a name:
+    "replace" (s_k = w_k, x <- F(x)), "add" (s_k = s_{k-1} + w_k, x <- x + F(x), drawn
+    head to tail) or "other" (the residual also rescales, normalises or mixes the stream:
+    DeepNorm's alpha x, a norm after the add, HC's copies). The page's picture is these
+    vectors in one plane: the plane through the origin that keeps the most of them
+    (uncentred PCA, each vector scaled to length 1 first so that a vanishing one counts as
+    much as a long one), a linear map, so a sum of writes stays a sum of arrows. A fixed
+    random plane would keep about 2/width of each vector (1/8 at width 16)."""
+
+    token: int  # its index among the stack's tokens
+    states: tuple[tuple[float, ...], ...]  # K + 1 vectors of width D
+    writes: tuple[tuple[float, ...], ...]  # K vectors of width D
+
+    @staticmethod
+    def of(states: list[torch.Tensor], writes: list[torch.Tensor], token: int) -> Trail:
+        """From the loop's read-outs [T, D] and writes [T, D] (the first K + 1 and K)."""
+        pick = lambda ts: tuple(tuple(t[token].tolist()) for t in ts)
+        return Trail(token, pick(states), pick(writes))
+
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.tensor(self.states, dtype=DTYPE), torch.tensor(self.writes, dtype=DTYPE)
+
+    @property
+    def rule(self) -> str:
+        s, w = self._tensors()
+        tol = 1e-9 * float(s.norm(dim=1).max())  # float64 rounding is ~1e-16 of that
+        if float((s[1:] - w).norm(dim=1).max()) <= tol:
+            return "replace"
+        if float((s[1:] - s[:-1] - w).norm(dim=1).max()) <= tol:
+            return "add"
+        return "other"
+
+    def plane(self) -> tuple[torch.Tensor, float]:
+        """The basis [2, D] of the picture's plane and the share it keeps: the mean over the
+        drawn vectors (states and non-zero writes) of |projection|^2 / |vector|^2."""
+        s, w = self._tensors()
+        rows = torch.cat([s, w])
+        lengths = rows.norm(dim=1)
+        unit = rows[lengths > 0] / lengths[lengths > 0, None]
+        basis = torch.linalg.svd(unit, full_matrices=False).Vh[:2].clone()
+        if float(s[0] @ basis[0]) < 0:  # signs fixed: the input points right ...
+            basis[0] = -basis[0]
+        y = unit @ basis[1]
+        first = int((y.abs() > 1e-12).nonzero()[0]) if bool((y.abs() > 1e-12).any()) else 0
+        if float(y[first]) < 0:  # ... and the first vector off that axis points up
+            basis[1] = -basis[1]
+        return basis, float((unit @ basis.T).pow(2).sum() / len(unit))
+
+    def reading(self, rule: str) -> str:
+        """The picture's line: the key of its sentence in the page's text table, which the
+        page fills with this trail's numbers (x0's length, the last state's, the mean write's)."""
+        if rule == "add" and not any(any(v) for v in self.writes):
+            return "read.trail.still"  # nothing written: ReZero at init
+        return "read.trail." + rule
+
+    def to_json(self) -> dict:
+        s, w = self._tensors()
+        basis, kept = self.plane()
+        rule = self.rule
+        lengths = w.norm(dim=1)
+        out = {"token": self.token, "rule": rule, "kept": kept,
+               "xy": json_list((s @ basis.T).flatten().tolist()),
+               "len": json_list(s.norm(dim=1).tolist()), "wlen": json_list(lengths.tolist()),
+               "wmean": json_number(float(lengths.mean())), "reading": self.reading(rule)}
+        if rule == "other":  # the writes are not the steps: drawn from each tip on their own
+            out["wxy"] = json_list((w @ basis.T).flatten().tolist())
+        return out
 
 
 @dataclass(frozen=True)
@@ -160,6 +241,7 @@ class GradResult:
     per_layer: tuple[float, ...]  # grad_norm / grad_norm[top]; the top one is 1
     ratio: float  # bottom / top = per_layer[0]
     stream_rms: tuple[float, ...]  # RMS of the stream: index 0 = input, k = after write k
+    trail: Trail  # the last token through the first writes
 
     def row(self) -> dict:
         return {"ratio": json_number(self.ratio)} | _row(self, ("per_layer", "grad_norm",
@@ -174,6 +256,7 @@ class CollapseResult:
     rel_distance: tuple[float, ...]  # ||X - 1 mean(X)^T||_F / ||X||_F (Dong et al. 2021)
     mean_cosine: tuple[float, ...]  # mean cosine over all pairs of distinct tokens
     stream_rms: tuple[float, ...]
+    trail: Trail  # the last token through the first writes
 
     def row(self) -> dict:
         return _row(self, ("rel_distance", "mean_cosine", "stream_rms"))
@@ -286,16 +369,21 @@ class Wiring:
     def close(self, stream: torch.Tensor) -> torch.Tensor:
         return self.residuals[-1].close(stream)
 
-    def write(self, k: int, stream: torch.Tensor, sublayer, *weights: torch.Tensor) -> torch.Tensor:
+    def write(self, k: int, stream: torch.Tensor, sublayer, *weights: torch.Tensor,
+              record: list | None = None) -> torch.Tensor:
         """Write k, sublayer(h, *weights): the rule of `Block.forward`, with the model's
-        residual and norm modules and the residual's init rule on the weights."""
+        residual and norm modules and the residual's init rule on the weights. `record`,
+        if given, receives the write as it enters the residual (the model's *_write hook)."""
         residual = self.residuals[k]
         scales = [residual.init_scale(name) for name in sublayer.projections]
         weights = [w if s == 1.0 else w * s for w, s in zip(weights, scales, strict=True)]
         h = residual.read(stream)
         if self.norm is not None and not self.post:
             h = self.norm(h)
-        stream = residual(stream, residual.scale(sublayer(h, *weights)))
+        write = residual.scale(sublayer(h, *weights))
+        if record is not None:
+            record.append(write.detach())
+        stream = residual(stream, write)
         return self.norm(stream) if self.norm is not None and self.post else stream
 
 
@@ -306,8 +394,11 @@ def wiring(cfg: ToyConfig) -> Wiring:
 
 # ---- gradient reach ----------------------------------------------------------------------
 
-def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gradient norms [G, N] at each sublayer input and stream RMS [G, N + 1], for G gains."""
+def _gradient_batch(req: StackRequest, gains: torch.Tensor,
+                    trail: tuple[list, list] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradient norms [G, N] at each sublayer input and stream RMS [G, N + 1], for G gains.
+    `trail`, if given, receives the first gain's read-outs [T, D] (input and after each of
+    the first TRAIL_WRITES writes) and those writes."""
     gen = _generator(req.seed, req.depth, "grad")
     w = _unit_weights(gen, 2 * req.depth, req.width)
     readout = torch.randn(req.tokens, req.width, generator=gen, dtype=DTYPE)
@@ -315,13 +406,20 @@ def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tenso
     wired = wiring(replace(req, ffn=False).config())
     x = wired.open(_inputs(req).expand(len(gains), -1, -1))
     inputs, rms = [], [_rms(wired.close(x))]
+    states, writes = trail if trail is not None else ([], [])
     with torch.enable_grad():
         for layer in range(req.depth):
+            if trail is not None and layer <= TRAIL_WRITES:
+                states.append(wired.close(x)[0].detach())
             x = x.detach().requires_grad_() if layer == 0 else x
             x.retain_grad()
             inputs.append(x)
-            x = wired.write(layer, x, _tanh_sublayer, g * w[2 * layer], g * w[2 * layer + 1])
+            record = writes if trail is not None and layer < TRAIL_WRITES else None
+            x = wired.write(layer, x, _tanh_sublayer, g * w[2 * layer], g * w[2 * layer + 1],
+                            record=record)
             rms.append(_rms(wired.close(x)))
+        if trail is not None and req.depth <= TRAIL_WRITES:
+            states.append(wired.close(x)[0].detach())
         # Loss: a fixed random readout of the top's output, so only depth shapes the gradient.
         (wired.close(x) * readout).sum().backward()
     norms = torch.stack([_grad_norm(t, t.grad) for t in inputs], dim=1)
@@ -331,11 +429,13 @@ def _gradient_batch(req: StackRequest, gains: torch.Tensor) -> tuple[torch.Tenso
 @lru_cache(maxsize=512)
 def gradient_reach(req: StackRequest) -> GradResult:
     """Does the gradient reach the bottom? One stack, the switches of `req`."""
-    norms, rms = _gradient_batch(req, torch.tensor([float(req.gain)]))
+    states, writes = [], []
+    norms, rms = _gradient_batch(req, torch.tensor([float(req.gain)]), (states, writes))
     norms, rms = norms[0], rms[0]
     per_layer = norms / norms[-1]
     return GradResult(req, tuple(norms.tolist()), tuple(per_layer.tolist()),
-                      float(per_layer[0]), tuple(rms.tolist()))
+                      float(per_layer[0]), tuple(rms.tolist()),
+                      Trail.of(states, [t[0] for t in writes], req.tokens + TRAIL_TOKEN))
 
 
 @lru_cache(maxsize=64)
@@ -376,19 +476,25 @@ def token_collapse(req: StackRequest) -> CollapseResult:
     wired = wiring(req.config())
     x = wired.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
     states = [wired.close(x)[0]]
+    trail = [states[0]]  # the read-out after every write (with FFNs, two per layer)
+    writes: list[torch.Tensor] = []
     with torch.no_grad():
         k = 0
         for layer in range(req.depth):
             wq, wk, wv, *ffn = w[per_layer * layer: per_layer * (layer + 1)]
-            x = wired.write(k, x, _attention_sublayer, wq, wk, wv)
-            k += 1
-            if ffn:
-                x = wired.write(k, x, _tanh_sublayer, *ffn)
+            for sublayer, weights in ((_attention_sublayer, (wq, wk, wv)), (_tanh_sublayer, ffn)):
+                if not weights:
+                    continue
+                record = writes if k < TRAIL_WRITES else None
+                x = wired.write(k, x, sublayer, *weights, record=record)
                 k += 1
+                if k <= TRAIL_WRITES:
+                    trail.append(wired.close(x)[0])
             states.append(wired.close(x)[0])
     stack = torch.stack(states)
     return CollapseResult(req, tuple(rel_distance(stack).tolist()),
-                          tuple(mean_cosine(stack).tolist()), tuple(_rms(stack).tolist()))
+                          tuple(mean_cosine(stack).tolist()), tuple(_rms(stack).tolist()),
+                          Trail.of(trail, [t[0] for t in writes], req.tokens + TRAIL_TOKEN))
 
 
 MODES = {"gradient": gradient_reach, "collapse": token_collapse}

@@ -39,7 +39,9 @@ STATIC = Path(__file__).parent / "static"
 # The slider positions a static copy holds. "standard": N in 11 depths and g from 0.5 to
 # 2.0 in steps of 0.1 (16 values), every residual of the registry with and without the
 # input norm (switches()), both modes: about 1.6 MB (1,408 improved rows per mode) with the
-# four residuals of today. The page snaps its sliders to the grid.
+# four residuals of today; each row's trail (one token's first writes, rounded to 3 digits)
+# adds about 250 bytes, 1.4 MB at the eight residuals of today. The page snaps its sliders
+# to the grid.
 GRIDS = {
     "standard": {"n": (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64),
                  "g": tuple(round(0.5 + 0.1 * i, 2) for i in range(16)), "g_step": 0.1},
@@ -63,15 +65,21 @@ def switch_key(sw: dict) -> str:
     return f"{sw['residual']}|{sw['norm']}"
 
 
-def _round(obj):
+def _round(obj, digits: int = 4):
     """4 significant digits for every float (keeps the file small; the page shows 3)."""
     if isinstance(obj, float):
-        return float(f"{obj:.4g}")
+        return float(f"{obj:.{digits}g}")
     if isinstance(obj, dict):
-        return {k: _round(v) for k, v in obj.items()}
+        return {k: _round(v, digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_round(v) for v in obj]
+        return [_round(v, digits) for v in obj]
     return obj
+
+
+def _row(row: dict) -> dict:
+    """A simulator row with its trail (the head-to-tail picture) at the 3 digits the page
+    shows and draws: the trail is 30 numbers in every one of the grid's rows."""
+    return row | {"trail": _round(row["trail"], 3)} if "trail" in row else row
 
 
 def simulator_grid(grid: dict, progress: bool = False) -> dict:
@@ -88,8 +96,8 @@ def simulator_grid(grid: dict, progress: bool = False) -> dict:
             for g, mode in itertools.product(grid["g"], ("gradient", "collapse")):
                 r = compute.simulate(SimulateRequest(mode=mode, n=n, g=g, **sw))
                 key = f"{n}|{g:.2f}"
-                naive[mode][key] = r["naive"]
-                improved[mode][f"{key}|{switch_key(sw)}"] = r["improved"]
+                naive[mode][key] = _row(r["naive"])
+                improved[mode][f"{key}|{switch_key(sw)}"] = _row(r["improved"])
         bar.report(i + 1, depth=f"N = {n} done")
     bar.close()
     return {"naive": naive, "improved": improved, "sweep": sweeps}

@@ -170,6 +170,68 @@
     Math.round(parseInt(hex.slice(i, i + 2), 16) * (1 - f)).toString(16).padStart(2, "0")).join("");
   DL.darker = darker;
 
+  // Vectors as arrows in a plane (the simulator's head-to-tail picture): segments
+  // [{from: [x, y], to: [x, y], cls, text, opacity}] drawn in SVG with equal scales on both
+  // axes (lengths and angles read true), the origin and every end in view. Hovering or
+  // focusing a segment writes its text into `readout`; leaving puts `rest` back.
+  const SVGNS = "http://www.w3.org/2000/svg";
+  const svgEl = (tag, attrs) => {
+    const el = document.createElementNS(SVGNS, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+    return el;
+  };
+  DL.arrows = function (box, segments, readout, rest, label) {
+    const W = 320;
+    const H = 240;
+    const PAD = 16;
+    const pts = [[0, 0]].concat(...segments.map((s) => [s.from, s.to]));
+    const xs = pts.map((p) => p[0]);
+    const ys = pts.map((p) => p[1]);
+    const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    const span = Math.max(x1 - x0, y1 - y0) > 0 ? 1 : 0;
+    const k = span ? Math.min((W - 2 * PAD) / Math.max(x1 - x0, 1e-300), (H - 2 * PAD) / Math.max(y1 - y0, 1e-300)) : 1;
+    const ox = W / 2 - k * (x0 + x1) / 2;
+    const oy = H / 2 + k * (y0 + y1) / 2;
+    const P = ([x, y]) => [ox + k * x, oy - k * y];
+    const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "arrows", role: "img", "aria-label": label });
+    const [cx, cy] = P([0, 0]);
+    svg.append(svgEl("line", { x1: 0, y1: cy, x2: W, y2: cy, class: "axis" }),
+               svgEl("line", { x1: cx, y1: 0, x2: cx, y2: H, class: "axis" }));
+    segments.forEach((s, i) => {
+      const [ax, ay] = P(s.from);
+      const [bx, by] = P(s.to);
+      const g = svgEl("g", { class: "seg " + s.cls, tabindex: "0", "data-i": i });
+      if (s.opacity != null) g.setAttribute("opacity", s.opacity);
+      const title = svgEl("title", {});
+      title.textContent = s.text;
+      g.append(title, svgEl("line", { x1: ax, y1: ay, x2: bx, y2: by, class: "hit" }),
+               svgEl("line", { x1: ax, y1: ay, x2: bx, y2: by, class: "shaft" }));
+      const len = Math.hypot(bx - ax, by - ay);
+      if (len >= 3 && !s.dash) { // a head 8 px long; a shorter arrow is only its dot
+        const [ux, uy] = [(bx - ax) / len, (by - ay) / len];
+        const h = Math.min(8, len * 0.6);
+        g.append(svgEl("polygon", { class: "head", points: [[bx, by], [bx - h * ux - 0.45 * h * uy, by - h * uy + 0.45 * h * ux],
+                                                             [bx - h * ux + 0.45 * h * uy, by - h * uy - 0.45 * h * ux]].join(" ") }));
+      }
+      if (!s.dash) g.append(svgEl("circle", { cx: bx, cy: by, r: 2.2, class: "tip" }));
+      if (s.tag) {
+        const t = svgEl("text", { x: bx + 4, y: by - 4, class: "tag" });
+        t.textContent = s.tag;
+        g.append(t);
+      }
+      const show = () => { readout.textContent = s.text; g.classList.add("on"); };
+      const hide = () => { readout.textContent = rest; g.classList.remove("on"); };
+      g.addEventListener("pointerenter", show);
+      g.addEventListener("focus", show);
+      g.addEventListener("pointerleave", hide);
+      g.addEventListener("blur", hide);
+      svg.append(g);
+    });
+    box.textContent = "";
+    box.append(svg);
+    readout.textContent = rest;
+  };
+
   const registry = new Map();
 
   DL.charts = {

@@ -93,6 +93,59 @@
     box.append(group, label);
   }
 
+  // One token through the first writes, as arrows in the plane the server chose
+  // (depthlab.probes.simulator.Trail): every number here is the server's, the page only
+  // draws. rule "replace": each state drawn from the origin, the older ones fainter;
+  // "add": x0, then each write from the tip of the state before, and the sum dashed;
+  // "other": each write from the tip, and dashed what the residual did besides adding it.
+  const SUB = "₀₁₂₃₄₅₆₇₈₉";
+  const xs = (k) => "x" + String(k).split("").map((c) => SUB[+c]).join("");
+  function trailSegments(tr) {
+    const at = (v, i) => [v[2 * i], v[2 * i + 1]];
+    const K = tr.wlen.length;
+    const len = (i) => DL.fmt(tr.len[i]);
+    const out = [{ from: [0, 0], to: at(tr.xy, 0), cls: "x0", tag: xs(0), text: DL.t("sim.trail.x0", { len: len(0) }) }];
+    for (let k = 1; k <= K; k++) {
+      const v = { k, xj: xs(k - 1), xk: xs(k), len: len(k), w: DL.fmt(tr.wlen[k - 1]),
+                  formula: xs(k) + " = F(" + xs(k - 1) + ")" };
+      const tag = k === K || tr.rule === "replace" ? xs(k) : null; // a replaced state is known by its name
+      if (tr.rule === "replace") {
+        out.push({ from: [0, 0], to: at(tr.xy, k), cls: "state", tag, opacity: 0.3 + 0.7 * k / K,
+                   text: DL.t("sim.trail.state", v) });
+      } else if (tr.rule === "add") {
+        out.push({ from: at(tr.xy, k - 1), to: at(tr.xy, k), cls: "write", tag, text: DL.t("sim.trail.write", v) });
+      } else {
+        const from = at(tr.xy, k - 1);
+        const w = at(tr.wxy, k - 1);
+        const head = [from[0] + w[0], from[1] + w[1]];
+        out.push({ from, to: head, cls: "write", text: DL.t("sim.trail.write", v) },
+                 { from: head, to: at(tr.xy, k), cls: "rest", dash: true, tag, text: DL.t("sim.trail.rest", v) });
+      }
+    }
+    if (tr.rule === "add" && K > 1) {
+      out.push({ from: [0, 0], to: at(tr.xy, K), cls: "sum", dash: true,
+                 text: DL.t("sim.trail.sum", { k: K, xk: xs(K), len: len(K) }) });
+    }
+    return out;
+  }
+  function drawTrails(r) {
+    const rows = { plain: r.naive.trail, improved: r.improved.trail };
+    const said = [];
+    for (const [row, tr] of Object.entries(rows)) {
+      const box = $("trail-" + row);
+      if (!tr) { box.textContent = ""; continue; }
+      const kept = DL.t("sim.trail.kept", { p: DL.fmt(100 * tr.kept, 2) });
+      DL.arrows(box, trailSegments(tr), $("trail-ro-" + row), kept, DL.t(row === "plain" ? "sim.trail.red" : "sim.trail.green"));
+      Object.assign(box.dataset, { rule: tr.rule, writes: tr.wlen.length });
+      const K = tr.wlen.length;
+      said.push(DL.t(tr.reading, { row: DL.t(row === "plain" ? "sim.trail.red" : "sim.trail.green"), k: K,
+                                   first: DL.fmt(tr.len[0]), last: DL.fmt(tr.len[K]), w: DL.fmt(tr.wmean) }));
+    }
+    $("reading-trail").textContent = said.join(DL.lang() === "zh" ? "" : " ");
+    const tr = r.improved.trail;
+    $("trail-note").textContent = tr ? DL.t("sim.trail.note", { token: tr.token + 1, k: tr.wlen.length }) : "";
+  }
+
   DL.figures.simulator = function (source, showError) {
     let mode = null;
     let charts = {};
@@ -136,6 +189,7 @@
     function drawSim(r) {
       lastSim = r;
       if (r.kind !== mode) return;
+      drawTrails(r);
       const n = r.request.depth;
       const g = r.request.gain;
       for (const row of ["plain", "improved"]) {
