@@ -27,6 +27,7 @@ import sys
 import threading
 from pathlib import Path
 
+from depthlab.experiments import EXPERIMENTS
 from depthlab.experiments.frontier_readings import complete
 from depthlab.rundir import DirLock, atomic_write_text
 from depthlab.web.messages import RunError, refusal
@@ -41,8 +42,6 @@ FRONTIER = "residual-frontier"  # the experiment whose frontier.json the page dr
 
 def known_experiments() -> dict[str, dict[str, str]]:
     """name -> question {en, zh}, from the experiments registry."""
-    from depthlab.experiments import EXPERIMENTS
-
     return {name: {"en": e.question, "zh": e.question_zh} for name, e in EXPERIMENTS.items()}
 
 
