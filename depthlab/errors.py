@@ -7,6 +7,8 @@ exits with code 2, so nobody has to read a traceback to fix a typo.
 
 from __future__ import annotations
 
+import json
+import stat
 from pathlib import Path
 
 
@@ -47,9 +49,6 @@ def read_json_object(path: Path | str, missing: str = "no such file",
                      error: type[UserError] = UserError) -> dict:
     """Parse a file holding one JSON object, or raise `error` with one line naming the file:
     `missing` when it does not exist, the parser's complaint when it is not JSON."""
-    import json
-    import stat
-
     path = Path(path)
     try:
         if not stat.S_ISREG(path.stat().st_mode):

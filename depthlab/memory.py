@@ -23,6 +23,7 @@ stops are orders of magnitude too big.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from depthlab.config import Config, ModelConfig
@@ -66,8 +67,6 @@ def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEsti
 def available_bytes(device: str = "cpu") -> int:
     """Free memory where the job runs: the GPU's free memory for cuda, otherwise the
     kernel's MemAvailable (physical memory when /proc is missing)."""
-    import os
-
     if str(device).startswith("cuda"):
         import torch
 

@@ -52,6 +52,42 @@ def test_answers_without_importing_torch(argv):
     assert result["code"] == (2 if "x" in argv or "no-such-config" in argv else 0)
 
 
+EVERY_HELP = """
+import argparse, contextlib, io, json, sys
+from depthlab.cli import build_parser, main
+
+def commands(parser, path):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield path + [name]
+                yield from commands(child, path + [name])
+
+seen = []
+for argv in [[]] + list(commands(build_parser(), [])):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            main(argv + ["--help"])
+        except SystemExit:
+            pass
+    seen.append(" ".join(argv))
+    if "torch" in sys.modules or "usage:" not in out.getvalue():
+        break
+print(json.dumps({"seen": seen, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_every_commands_help_loads_no_torch():
+    """`--help` of depthlab and of every command and subcommand, one after another in one
+    fresh interpreter: the first that loads torch (or prints no usage) is the last seen."""
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", EVERY_HELP], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120, check=True)
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["torch"] is False, result["seen"][-1]
+    assert {"", "train", "probe norms", "model describe", "hf import", "serve"} <= set(result["seen"])
+
+
 @pytest.mark.slow
 def test_the_check_sees_torch_where_a_command_needs_it():
     result = run_fresh("probe", "gradflow", "--depth", "2")
@@ -92,13 +128,14 @@ TORCH_FREE = [
     "depthlab", "depthlab.atomic", "depthlab.config", "depthlab.errors", "depthlab.locales",
     "depthlab.memory", "depthlab.presets", "depthlab.progress", "depthlab.corpus",
     "depthlab.metrics", "depthlab.rundir", "depthlab.outdir", "depthlab.tokenizer", "depthlab.tokstream",
-    "depthlab.numtext", "depthlab.threads", "depthlab.variants",
+    "depthlab.numtext", "depthlab.threads", "depthlab.variants", "depthlab.sigfig",
     "depthlab.cli", "depthlab.cli.anatomy_cmd", "depthlab.cli.common", "depthlab.cli.experiment_cmd",
     "depthlab.cli.generate_cmd", "depthlab.cli.hf_cmd", "depthlab.cli.model_cmd",
     "depthlab.cli.probe_cmd", "depthlab.cli.realmodel_report", "depthlab.cli.run_probe_cmd",
     "depthlab.cli.serve_cmd", "depthlab.cli.table", "depthlab.cli.train_cmd",
     "depthlab.experiments", "depthlab.experiments.registry", "depthlab.experiments.report",
     "depthlab.experiments.runner", "depthlab.experiments.spec", "depthlab.experiments.wording",
+    "depthlab.experiments.frontier_readings",
     "depthlab.hf", "depthlab.hf.config_map", "depthlab.hf.mapping", "depthlab.hf.mapping_doc",
     "depthlab.probes", "depthlab.probes.anatomy", "depthlab.probes.exact", "depthlab.probes.stages",
     "depthlab.probes.simulator_bounds", "depthlab.probes.jsonsafe",

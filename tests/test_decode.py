@@ -2,7 +2,6 @@
 the same logits and the same cache contents for every switch of the model; it steps
 aside for hooks, for the residuals and norms it does not handle, and for large models."""
 
-import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -10,11 +9,11 @@ import torch
 from torch.nn.modules import module as nn_module
 
 import depthlab.model.decode as decode
-from depthlab.config import ModelConfig
 from depthlab.generate import _Stepper, generate
 from depthlab.model import Transformer
 from depthlab.model.attention import KVCache
 from depthlab.model.decode import DecodeStep, unsupported
+from depthlab.model.support import undecided
 from depthlab.presets import get_preset
 
 SIZES = {"vocab_size": 97, "context_len": 40, "d_model": 32, "n_heads": 4, "init_std": 0.3}
@@ -228,8 +227,9 @@ def test_logits_to_keep_gives_the_last_positions_of_the_full_pass():
 
 def test_every_config_field_has_a_decode_story():
     """A new ModelConfig field fails here until decode.IMPLEMENTS says which of its values
-    the step computes (or that it only sets where the weights start: ANY)."""
-    assert {f.name for f in dataclasses.fields(ModelConfig)} == set(decode.IMPLEMENTS)
+    the step computes (or that it only sets where the weights start: ANY); the walker is
+    depthlab.model.support's, shared with the fused paths (tests/test_fused.py)."""
+    assert undecided(decode.IMPLEMENTS) == []
 
 
 def test_a_switch_the_step_does_not_declare_falls_back_with_its_name(monkeypatch):

@@ -14,6 +14,7 @@ weights are compared against how far training can move them, lr * steps: we allo
 rotated) changes gradients by O(1) and weights by ~lr per step (test below for RoPE).
 """
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -21,9 +22,11 @@ import torch
 import torch.nn.functional as F
 from train_helpers import cache, config  # noqa: F401 (cache: autouse fixture)
 
+from depthlab.config import ModelConfig
 from depthlab.metrics import read_metrics
 from depthlab.model import Transformer, fused
-from depthlab.model.attention import apply_rope
+from depthlab.model.attention import Attention, apply_rope
+from depthlab.model.support import undecided
 from depthlab.presets import get_preset
 from depthlab.train import train
 from depthlab.train.checkpoint import load_latest
@@ -105,6 +108,41 @@ def test_fast_path_only_where_it_applies(monkeypatch):
     assert len(calls) == 1 and seen[0].shape == (2, cfg.n_heads, 8, cfg.head_size)
     for switch in ({"qk_norm": True}, {"attn_gate": True}):
         Transformer(replace(cfg, **switch))(idx)
+    assert len(calls) == 1
+
+
+def test_every_config_field_has_a_fused_rope_story():
+    """A new ModelConfig field fails here until fused.ROTARY_IMPLEMENTS says which of its
+    values the fused RoPE computes or ROTARY_EXEMPT says it never reaches it (the walker
+    of tests/test_decode.py, depthlab.model.support.undecided)."""
+    assert undecided(fused.ROTARY_IMPLEMENTS, fused.ROTARY_EXEMPT) == []
+    # the walker itself: an undeclared field, a stale name, a field with two stories
+    fields = [f.name for f in dataclasses.fields(ModelConfig)]
+    assert undecided({"n_heads": None}, {"nope"}) == [n for n in fields if n != "n_heads"] + ["nope"]
+    assert undecided(dict.fromkeys(fields), {"n_heads"}) == ["n_heads"]
+
+
+def test_the_fused_rope_decides_from_the_config_with_a_reason(monkeypatch):
+    """Declared values take the fast path; any other value, or a non-default value of a
+    field it does not declare, takes the readable one and says which switch."""
+    cfg = replace(get_preset("course").model, vocab_size=40, n_layers=1)
+    assert Attention(cfg).rotary_fallback is None
+    assert Attention(replace(cfg, attn_gate=True)).rotary_fallback == (
+        "model.attn_gate=True, which the fused RoPE path does not implement")
+    assert Attention(replace(cfg, position="learned")).rotary_fallback == (
+        "model.position=learned, which the fused RoPE path does not implement")
+    calls = []
+    real = fused.rotary_heads
+    monkeypatch.setattr(fused, "rotary_heads", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.delitem(fused.ROTARY_IMPLEMENTS, "rope_theta")  # as if rope_theta were new
+    idx = torch.randint(0, 40, (2, 8))
+    Transformer(cfg)(idx)  # at its default: still computed
+    assert len(calls) == 1
+    other = replace(cfg, rope_theta=cfg.rope_theta * 2)
+    model = Transformer(other)
+    assert model.blocks[0].attn.rotary_fallback == (
+        f"model.rope_theta={other.rope_theta}, which the fused RoPE path does not implement")
+    model(idx)
     assert len(calls) == 1
 
 

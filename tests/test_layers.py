@@ -28,6 +28,7 @@ LAYERS = {
     "depthlab.presets": 0,
     "depthlab.progress": 0,
     "depthlab.numtext": 0,
+    "depthlab.sigfig": 0,  # numbers written as the page writes them (DL.fmt)
     "depthlab.threads": 0,  # how many threads a command that runs a model takes  # typed numbers read the same whatever the keyboard (full-width digits)
     # 1. The model. Its hook points are modules inside it, so depthlab.hooks (the hook API
     #    the model inherits) sits here rather than above the model.

@@ -321,4 +321,5 @@ def test_frontier_absent_present_and_corrupt(client, runs):
     data = {"seeds": 3, "baselines": {"unigram": 3.3}, "arms": {}, "learned": {}, "timing": {}}
     (folder / "frontier.json").write_text(json.dumps(data), encoding="utf-8")
     body = client.get("/api/frontier").json()
-    assert body["has_data"] is True and body["frontier"] == data and "error" not in body
+    # a file without the page's readings (written before they were shipped) gets them
+    assert body["has_data"] is True and body["frontier"] == {**data, "readings": {}} and "error" not in body

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from depthlab import __version__
 from depthlab.cli.common import Parser, run_handler
 
 # Order = order in `depthlab --help`.
@@ -31,7 +32,6 @@ def build_parser() -> Parser:
         "Live probes, exact arithmetic, training runs and a local lesson page.",
         epilog="Run `depthlab COMMAND --help` for the flags of one command.",
     )
-    from depthlab import __version__
 
     parser.add_argument("--version", action="version", version=f"depthlab {__version__}")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=Parser)

@@ -7,8 +7,11 @@ import textwrap
 
 from depthlab.cli.common import print_json
 from depthlab.cli.table import legend, print_lines, table
+from depthlab.errors import UserError
 from depthlab.hf.mapping import ANATOMY
 from depthlab.hf.mapping_doc import help_text
+from depthlab.probes import anatomy_of, anatomy_of_preset, evolution_table, shipped_configs
+from depthlab.probes.exact import init_scale_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,10 +38,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from depthlab.errors import UserError
-    from depthlab.probes import anatomy_of, anatomy_of_preset, evolution_table, shipped_configs
-    from depthlab.probes.exact import init_scale_text
-
     if args.list:
         names = shipped_configs()
         print_json(names) if args.json else print("\n".join(names))

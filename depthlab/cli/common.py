@@ -7,7 +7,9 @@ import json
 import sys
 from typing import Any, NoReturn
 
+from depthlab.config import Config, apply_overrides
 from depthlab.errors import UserError, write_failed
+from depthlab.presets import describe_presets, get_preset
 
 
 class Parser(argparse.ArgumentParser):
@@ -45,8 +47,6 @@ def parse_ids(text: str, flag: str) -> list[int]:
 
 
 def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "course") -> None:
-    from depthlab.presets import describe_presets
-
     names = ", ".join(n for n, _ in describe_presets())
     group = parser.add_argument_group("model config")
     group.add_argument("--preset", default=None,
@@ -60,9 +60,7 @@ def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "cour
     parser.set_defaults(default_preset=default_preset)
 
 
-def config_from_args(args: argparse.Namespace):  # -> Config (import kept lazy)
-    from depthlab.config import Config, apply_overrides
-    from depthlab.presets import get_preset
+def config_from_args(args: argparse.Namespace) -> Config:
 
     if args.config and args.preset:
         raise UserError("give either --preset or --config, not both")

@@ -7,6 +7,10 @@ import shlex
 import sys
 
 from depthlab.cli.table import legend, print_lines, table
+from depthlab.errors import UserError
+from depthlab.experiments import BUDGETS, EXPERIMENTS, run_experiment
+from depthlab.experiments.spec import parse_seeds
+from depthlab.outdir import check_location
 from depthlab.threads import SMALL_D_MODEL, add_threads_arg, use_threads
 
 
@@ -43,9 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from depthlab.errors import UserError
-    from depthlab.experiments import BUDGETS, EXPERIMENTS
-
     if args.names and not args.list:
         raise UserError("--names goes with --list (depthlab experiment --list --names)")
     if args.list and args.names:
@@ -74,11 +75,8 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     if args.budget not in BUDGETS:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
-    from depthlab.experiments.spec import parse_seeds
 
     seeds = None if args.seeds is None else parse_seeds(args.seeds)  # bad text: one line, exit 2
-    from depthlab.experiments import run_experiment
-    from depthlab.outdir import check_location
 
     # Runs go one at a time; each training run applies the rule to its own width, and the
     # init-time measurements are of the lesson's models (one thread by the rule).

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from depthlab.cli.common import parse_ids, print_json
 from depthlab.errors import UserError
+from depthlab.probes.token_text import position_labels, token_text
 from depthlab.rundir import load_model, load_tokenizer
 from depthlab.threads import add_threads_arg, check_threads, use_threads
 
@@ -67,15 +68,11 @@ def _load(args: argparse.Namespace):
 
 def _piece(tok, i: int) -> str | None:
     """One token as text; a byte that is no whole character as <0xHH>, not '�'."""
-    from depthlab.probes.token_text import token_text
-
     return token_text(tok, i) if tok is not None else None
 
 
 def _prompt_pieces(tok, ids: list[int]) -> list[str | None]:
     """Each prompt token as text, a character split over byte tokens named on each of them."""
-    from depthlab.probes.token_text import position_labels
-
     return position_labels(tok, ids) if tok is not None else [None] * len(ids)
 
 

@@ -4,6 +4,7 @@ lesson's probes on a pretrained model's blocks."""
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 
 from depthlab.cli.run_probe_cmd import add_run_probe
@@ -96,8 +97,6 @@ def import_cmd(args: argparse.Namespace) -> int:
 
 
 def import_gguf_cmd(args: argparse.Namespace) -> int:
-    import sys
-
     from depthlab.hf.gguf_import import import_gguf
 
     use_threads(args.threads, None)

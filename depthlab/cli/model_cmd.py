@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
 from depthlab.config import WIDE_RESIDUALS
+from depthlab.errors import UserError
+from depthlab.memory import check_fits
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,14 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _no_action(parser: argparse.ArgumentParser) -> int:
-    from depthlab.errors import UserError
-
     parser.print_help()
     raise UserError("name an action: depthlab model describe ...")
 
 
 def describe(args: argparse.Namespace) -> int:
-    from depthlab.errors import UserError
     from depthlab.model.summary import summarize
 
     if not 1 <= args.tokens <= 4096:
@@ -46,8 +46,6 @@ def describe(args: argparse.Namespace) -> int:
     s = summarize(m, args.tokens)
     check = None
     if args.check:
-        from depthlab.memory import check_fits
-
         check_fits(cfg, batch=2, seq=args.tokens, what="model describe --check")
         check = _forward_backward(cfg, args.tokens)
     if args.json:
@@ -91,8 +89,6 @@ def describe(args: argparse.Namespace) -> int:
 
 
 def _forward_backward(cfg, n_tokens: int) -> dict:
-    import math
-
     import torch
     import torch.nn.functional as F
 

@@ -19,6 +19,11 @@ from depthlab.cli.common import add_config_args, config_from_args, print_json
 from depthlab.cli.run_probe_cmd import add_run_probe
 from depthlab.cli.table import legend, print_lines, table
 from depthlab.errors import UserError
+from depthlab.memory import check_fits
+from depthlab.numtext import NumberTextError, parse_numbers
+from depthlab.probes import compare_norms, plots, residual_paths, use_single_thread
+from depthlab.probes.plots import plot_growth, plot_sweep
+from depthlab.probes.simulator_bounds import MAX_DEPTH, NORMS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,8 +87,6 @@ def _output_args(p: argparse.ArgumentParser) -> None:
 
 
 def _stack_args(p: argparse.ArgumentParser, default_gain: float) -> None:
-    from depthlab.probes.simulator_bounds import MAX_DEPTH, NORMS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
-
     p.add_argument("--depth", type=int, default=32,
                    help=f"sublayers N (1..{MAX_DEPTH}; the page: 1..{PAGE_MAX_DEPTH})")
     p.add_argument("--gain", type=float, default=default_gain, help="init gain g > 0")
@@ -101,7 +104,7 @@ def _stack_args(p: argparse.ArgumentParser, default_gain: float) -> None:
 
 
 def _request(args: argparse.Namespace, **extra: object):
-    from depthlab.probes import StackRequest, use_single_thread
+    from depthlab.probes import StackRequest
 
     use_single_thread()
     residual = args.residual
@@ -124,8 +127,6 @@ def _plot_or_json(args: argparse.Namespace, plotter: str, both) -> bool:
     """--plot draws the naive and the switched stack (matplotlib loads only then); --json
     prints the one JSON shape and ends the command (True)."""
     if args.plot:
-        from depthlab.probes import plots
-
         _plot(getattr(plots, plotter), args.plot, both.naive, both.improved)
     if args.json:
         print_json(both.to_json())
@@ -156,8 +157,6 @@ def gradflow(args: argparse.Namespace) -> int:
     if args.sweep:
         sweep = gain_sweep(req)
         if args.plot:
-            from depthlab.probes.plots import plot_sweep
-
             _plot(plot_sweep, args.plot, sweep)
         if args.json:
             print_json(sweep.to_json())
@@ -225,20 +224,16 @@ def collapse(args: argparse.Namespace) -> int:
 
 
 def growth(args: argparse.Namespace) -> int:
-    from depthlab.probes import GrowthRequest, real_growth, stream_growth, use_single_thread
+    from depthlab.probes import GrowthRequest, real_growth, stream_growth
 
     use_single_thread()
     res = stream_growth(GrowthRequest(writes=args.writes, samples=args.samples, seed=args.seed))
     real = None
     if args.real:
-        from depthlab.memory import check_fits
-
         cfg = config_from_args(args)
         check_fits(cfg, batch=1, seq=max(1, args.tokens), what="probe growth --real")
         real = real_growth(cfg.model, tokens=args.tokens, seed=args.seed)
     if args.plot:
-        from depthlab.probes.plots import plot_growth
-
         _plot(plot_growth, args.plot, res, real)
     if args.json:
         print_json(res.to_json() | ({"real": real.to_json()} if real else {}))
@@ -266,8 +261,6 @@ def growth(args: argparse.Namespace) -> int:
 
 
 def paths(args: argparse.Namespace) -> int:
-    from depthlab.probes import residual_paths
-
     p = residual_paths(args.depth, args.scale, args.x0)
     if args.json:
         print_json(p.to_json())
@@ -300,9 +293,6 @@ def paths(args: argparse.Namespace) -> int:
 
 
 def norms(args: argparse.Namespace) -> int:
-    from depthlab.numtext import NumberTextError, parse_numbers
-    from depthlab.probes import compare_norms
-
     try:  # "3 4", "3,4", "３，４": the page's rules
         values = parse_numbers(" ".join(args.values))
     except NumberTextError:

@@ -7,6 +7,7 @@ import argparse
 
 from depthlab.cli.common import parse_ids, print_json
 from depthlab.cli.realmodel_report import print_realmodel
+from depthlab.probes.realmodel_plot import plot_realmodel  # matplotlib, only for --plot
 from depthlab.threads import add_threads_arg, check_threads
 
 HOME = "depthlab probe run"
@@ -53,8 +54,6 @@ def run_probe(args: argparse.Namespace) -> int:
     result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device,
                            threads=args.threads)
     if args.plot:
-        from depthlab.probes.realmodel_plot import plot_realmodel  # matplotlib, only for --plot
-
         plot_realmodel(result, args.plot)
     if args.json:
         print_json(result)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import socket
 import sys
 from pathlib import Path
 
-from depthlab.errors import UserError
+from depthlab.errors import UserError, read_json_object
+from depthlab.experiments import run_experiment
+from depthlab.experiments.report import validate_export
+from depthlab.probes import use_single_thread
 from depthlab.threads import SMALL_D_MODEL, add_threads_arg, check_threads, use_threads
 
 LAB_EXPERIMENT = "residual"
@@ -77,8 +81,6 @@ def _is_loopback(host: str) -> bool:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import socket
-
     import uvicorn
 
     from depthlab.web.app import create_app
@@ -120,11 +122,6 @@ def run_lab(args: argparse.Namespace) -> int:
     if export.is_file():
         print(f"depthlab: data found: {export}")
     else:
-        try:
-            from depthlab.experiments import run_experiment
-        except ImportError:
-            raise UserError("the experiments package is not installed in this build; "
-                            "run `depthlab serve` to see the live probes") from None
         print(f"depthlab: no data at {export}; running `depthlab experiment {LAB_EXPERIMENT} "
               f"--budget {args.budget} --out {args.runs}`", flush=True)
         run_experiment(LAB_EXPERIMENT, budget=args.budget, out_dir=args.runs,
@@ -147,9 +144,6 @@ def run_lab(args: argparse.Namespace) -> int:
 def conclusions_text(export: Path) -> str:
     """The experiment's question and its "what the data show" lines from export.json, so
     `lab` ends with what was learnt and not only where the files are."""
-    from depthlab.errors import read_json_object
-    from depthlab.experiments.report import validate_export
-
     data = read_json_object(export)
     problems = validate_export(data)
     if problems:
@@ -161,7 +155,6 @@ def conclusions_text(export: Path) -> str:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from depthlab.probes import use_single_thread
     from depthlab.web.export import export_page
 
     use_single_thread()

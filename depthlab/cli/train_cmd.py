@@ -17,6 +17,7 @@ from depthlab.cli.common import add_config_args, config_from_args, print_json
 from depthlab.config import apply_overrides, validate
 from depthlab.corpus import corpus_label
 from depthlab.errors import UserError
+from depthlab.outdir import check_location
 from depthlab.threads import TRAIN_HELP as THREADS_HELP
 
 
@@ -92,7 +93,6 @@ def _stem(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from depthlab.outdir import check_location
     from depthlab.train import train  # torch: only when the command runs
 
     if args.max_steps is not None and args.max_steps <= 0:

@@ -16,6 +16,7 @@ import numpy as np
 
 from depthlab.config import Config
 from depthlab.experiments.report import mean, spread
+from depthlab.tokenizer import prepare_data
 
 # A run has left the plateau when its loss is below the unigram level by more than its
 # seed spread and more than this share of the unigram-bigram distance (what one token of
@@ -68,8 +69,6 @@ def ngram_losses(train: np.ndarray, prev: np.ndarray, target: np.ndarray,
 def baselines(cfg: Config) -> Baselines:
     """Both baselines for the data and evaluation settings of `cfg` (tokenised corpora
     come from the cache)."""
-    from depthlab.tokenizer import prepare_data
-
     data = prepare_data(cfg.data)
     prev, target, windows = eval_pairs(data.val, cfg)
     unigram, bigram = ngram_losses(data.train, prev, target, data.vocab_size)

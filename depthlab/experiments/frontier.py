@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from depthlab.config import Config
 from depthlab.errors import ConfigError, UserError
+from depthlab.experiments import frontier_timing
+from depthlab.experiments.baselines import baselines
 from depthlab.experiments.frontier_arms import (  # noqa: F401 (the arms are this experiment's)
     ARM_BY_NAME,
     ARM_NAMES,
@@ -124,8 +126,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
     """Measure what the logs do not hold (baselines, the benchmark, the learned
     structures), then build the report; the page's data go to frontier.json beside
     export.json."""
-    from depthlab.experiments import frontier_learned, frontier_timing
-    from depthlab.experiments.baselines import baselines
+    from depthlab.experiments import frontier_learned
 
     base = baselines(results[0].spec.cfg)
     p = plan(b)

@@ -26,7 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from depthlab.errors import UserError
 from depthlab.probes import mixing
+from depthlab.rundir import atomic_write_text, load_model
 
 LEARNED_ARMS = ("hc", "mhc", "attnres")
 # hook suffix -> (what it holds, how to read the averaged tensor)
@@ -116,7 +118,6 @@ def composite_gain(matrices: list[list[list[float]]]) -> float:
 
 def read_run(run_dir: Path) -> dict[str, Any]:
     """The learned structures of one trained run, on its fixed validation batch."""
-    from depthlab.rundir import load_model
     from depthlab.tokenizer import prepare_data
     from depthlab.train import batches
 
@@ -131,8 +132,6 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 def read_runs(results: list) -> dict[str, dict]:
     """arm name -> learned structures of its first seed's trained model; a run whose
     checkpoint cannot be read is recorded with the reason instead of stopping the report."""
-    from depthlab.errors import UserError
-
     out: dict[str, dict] = {}
     for r in results:
         if r.spec.arm in out:
@@ -158,8 +157,6 @@ def _finite(obj: Any) -> Any:
 
 def write_page_data(root: Path, data: dict) -> Path:
     """frontier.json beside export.json, written atomically."""
-    from depthlab.rundir import atomic_write_text
-
     path = Path(root) / PAGE_DATA_FILE
     atomic_write_text(path, json.dumps(_finite(data), ensure_ascii=False, allow_nan=False,
                                        indent=1))

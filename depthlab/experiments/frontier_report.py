@@ -17,6 +17,7 @@ from depthlab.experiments.frontier_arms import (
     arm_name,
     split_arm,
 )
+from depthlab.experiments.frontier_readings import complete
 from depthlab.experiments.report import GREY, ORANGE, chart, fmt, mean, series, spread
 from depthlab.experiments.spec import (
     Report,
@@ -279,7 +280,8 @@ def learned_sentence(learned: dict) -> dict[str, str]:
 def page_data(arms: dict, base: Baselines, timing: dict, learned: dict, seeds: int) -> dict:
     """frontier.json: per arm and depth the loss curves, the final losses with their
     spread, the stream RMS per write and the gradient per block (init and trained), plus
-    the benchmark and the learned mixing matrices / depth weights."""
+    the benchmark and the learned mixing matrices / depth weights, with the page's readings
+    of them (depthlab.experiments.frontier_readings)."""
     out: dict = {"seeds": seeds, "baselines": base.to_json(), "timing": timing,
                  "learned": learned, "arms": {}}
     for a, runs in arms.items():
@@ -299,4 +301,4 @@ def page_data(arms: dict, base: Baselines, timing: dict, learned: dict, seeds: i
             "grad_per_block_init": mean_profile(runs, "grad_params", 0),
             "grad_per_block_trained": mean_profile(runs, "grad_params", -1),
         }
-    return out
+    return complete(out)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from depthlab.experiments.benchmark import interleave
+from depthlab.presets import course
 
 NORMS = ("layernorm", "rmsnorm", "rmsnorm_zero_centered")
 SHAPE = (16, 64, 128)  # batch x tokens x d_model of a course-model training step
@@ -33,7 +34,6 @@ def _block_step(kind: str, shape: tuple[int, int, int]) -> Callable[[], None]:
     import torch.nn.functional as F
 
     from depthlab.model import Transformer
-    from depthlab.presets import course
 
     B, T, d = shape
     cfg = replace(course().model, n_layers=1, norm=kind, d_model=d, vocab_size=65)

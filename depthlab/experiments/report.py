@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from depthlab import __version__
 from depthlab.experiments.spec import Experiment, Report, now_iso
 from depthlab.rundir import atomic_write, atomic_write_text
 
@@ -113,8 +114,6 @@ def draw_chart(spec: dict[str, Any], stem: Path) -> list[Path]:
 
 def write_outputs(root: Path, exp: Experiment, report: Report, *, budget: str,
                   command: str, seeds: list[int] | None = None) -> dict[str, Any]:
-    from depthlab import __version__
-
     export = {
         "experiment": exp.name,
         "question": exp.questions,

@@ -29,10 +29,10 @@ from depthlab.experiments.spec import (
     seed_list,
     seeds_text,
 )
-from depthlab.metrics import read_metrics
+from depthlab.metrics import MetricsWriter, read_metrics
 from depthlab.outdir import RUN, Claim, check_location, clear_run, survey, write_marker
 from depthlab.progress import Progress
-from depthlab.rundir import atomic_write_text, remove_leftovers
+from depthlab.rundir import atomic_write_text, remove_leftovers, write_config
 
 STATUS_FILE = "status.json"
 
@@ -103,9 +103,7 @@ def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     write it as a run directory whose metric log has a single probe line at step 0."""
     import torch
 
-    from depthlab.metrics import MetricsWriter
     from depthlab.model import Transformer
-    from depthlab.rundir import write_config
     from depthlab.tokenizer import prepare_data
     from depthlab.train import batches, probe, resolve_config
 

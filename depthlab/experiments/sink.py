@@ -17,6 +17,7 @@ from typing import Any
 
 from depthlab.errors import UserError
 from depthlab.experiments.wording import Text, phrase
+from depthlab.rundir import CONFIG_FILE, atomic_write_text, load_model, load_tokenizer
 
 WINDOWS = 8  # validation windows measured: the fixed batch of the training probes
 SINK_RATIO = 2.0  # a sink: the first token draws more than twice its uniform share
@@ -66,7 +67,6 @@ def run_profile(run_dir: Path) -> Profile:
     """A course run on its fixed validation batch (WINDOWS windows of its seq_len)."""
     import torch
 
-    from depthlab.rundir import load_model
     from depthlab.tokenizer import prepare_data
     from depthlab.train import batches
 
@@ -92,7 +92,6 @@ def model_profiles(model_dir: Path, text: str, lengths: list[int],
     import numpy as np
     import torch
 
-    from depthlab.rundir import CONFIG_FILE, load_model, load_tokenizer
     from depthlab.train import batches
 
     key = {"config_sha256": _sha256((Path(model_dir) / CONFIG_FILE).read_bytes()),
@@ -108,7 +107,6 @@ def model_profiles(model_dir: Path, text: str, lengths: list[int],
         for t in missing:
             x, _ = batches.fixed_batch(ids, WINDOWS, t, torch.device("cpu"))
             stored[str(t)] = profile(model, x).to_json()
-        from depthlab.rundir import atomic_write_text
 
         atomic_write_text(cache, json.dumps({"key": key, "profiles": stored}, indent=1))
     return {t: Profile(**stored[str(t)]) for t in lengths}

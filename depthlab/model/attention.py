@@ -134,6 +134,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_size = cfg.n_heads, cfg.kv_heads, cfg.head_size
         self.use_rope = cfg.position == "rope"
+        # the training fast path's config story (None: it computes this config; else why not)
+        self.rotary_fallback = fused.rotary_reason(cfg)
         self.gated = cfg.attn_gate
         q_width = cfg.n_heads * cfg.head_size * (2 if cfg.attn_gate else 1)
         kv_width = cfg.kv_heads * cfg.head_size
@@ -175,11 +177,12 @@ class Attention(nn.Module):
 
     def rotary_fast_path(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                          cache: LayerCache | None) -> bool:
-        """Training on CPU with RoPE and nothing between the projection and RoPE (no gate,
-        no QK-norm, no hook on q, k, v): split, rotate and lay out the heads in one
-        function with a hand-written backward (depthlab.model.fused.rotary_heads)."""
-        return (self.use_rope and rope is not None and rope[0].ndim == 2 and cache is None
-                and not self.gated and self.q_norm is None and fused.fast_path_ok(x)
+        """Training on CPU, a config the fused path computes (`rotary_fallback` is None:
+        RoPE, nothing between the projection and RoPE, see fused.ROTARY_IMPLEMENTS) and no
+        hook on q, k, v: split, rotate and lay out the heads in one function with a
+        hand-written backward (depthlab.model.fused.rotary_heads)."""
+        return (self.rotary_fallback is None and rope is not None and rope[0].ndim == 2
+                and cache is None and fused.fast_path_ok(x)
                 and not any(p.hooked for p in (self.hook_q, self.hook_k, self.hook_v)))
 
     def heads(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,

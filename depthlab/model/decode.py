@@ -36,7 +36,6 @@ tests/test_decode.py checks the two agree for every switch of the model.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -48,6 +47,7 @@ from depthlab.hooks import _global_hooks_set
 from depthlab.model.attention import Attention, KVCache, rotate_half
 from depthlab.model.ffn import MLP, SwiGLU
 from depthlab.model.norms import DyT, LayerNorm, RMSNorm, ZeroCenteredRMSNorm
+from depthlab.model.support import ANY, config_reason
 from depthlab.model.transformer import Block, Transformer
 
 Norm = Callable[[torch.Tensor], torch.Tensor]
@@ -231,8 +231,7 @@ class _Block:
 # tests/test_decode.py fails when ModelConfig gains a field that has no entry here: a new
 # switch cannot reach the step without someone deciding how the step computes it. The
 # value sets are written out, not read from the registries: a new FFN, norm, placement or
-# position falls back until the step computes it.
-ANY = None
+# position falls back until the step computes it. (depthlab.model.support checks it.)
 IMPLEMENTS: dict[str, frozenset | None] = {
     "vocab_size": ANY, "context_len": ANY, "n_layers": ANY, "d_model": ANY,
     "n_heads": ANY, "n_kv_heads": ANY, "head_dim": ANY, "d_ff": ANY,
@@ -256,15 +255,9 @@ KNOWN_MODULES = (Transformer, Block, Attention, MLP, SwiGLU, LayerNorm, RMSNorm,
 
 def _config_reason(cfg: ModelConfig) -> str | None:
     """The first switch of `cfg` that IMPLEMENTS does not cover, said as the user sets it."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if f.name not in IMPLEMENTS:
-            if value != f.default:
-                return f"model.{f.name}={value}, which the decode step does not implement"
-            continue
-        allowed = IMPLEMENTS[f.name]
-        if allowed is not ANY and value not in allowed:
-            return f"model.{f.name}={value}, which the decode step does not implement"
+    reason = config_reason(cfg, IMPLEMENTS, "the decode step")
+    if reason is not None:
+        return reason
     if cfg.qk_norm and cfg.norm not in ("rmsnorm", "rmsnorm_zero_centered"):
         return "a QK-norm other than RMSNorm"  # the step runs q's and k's rows as one RMSNorm
     return None

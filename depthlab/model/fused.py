@@ -6,7 +6,9 @@ allocation: RoPE on a strided q and k costs a copy, a cat, a negation and two pr
 each way; and the tanh form of GELU goes through ATen's tanh, several times slower on
 CPU than its sigmoid. Each function here computes the same values in fewer passes or
 cheaper ones, with its gradient written out by hand, and is used only where
-`fast_path_ok` holds (CPU, gradients on, float32 or float64). tests/test_fused.py checks
+`fast_path_ok` holds (CPU, gradients on, float32 or float64) and, for RoPE, where the
+config is one it computes (`ROTARY_IMPLEMENTS`, checked by depthlab.model.support: any
+other switch takes the readable path, with its reason). tests/test_fused.py checks
 values, gradients and whole training runs against the readable path;
 bench/reference_loop.py measures the step. (A hand-written RMSNorm backward was twice as
 fast as F.rms_norm's alone but gained nothing measurable inside a step, so it is not here.)
@@ -18,6 +20,32 @@ import math
 
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
+
+from depthlab.config import ModelConfig
+from depthlab.model.support import ANY, config_reason
+
+# What `rotary_heads` replaces is Attention's projection output -> heads -> RoPE on q, k:
+# the fields it computes, with their values. A new field falls back until it is listed
+# here or in ROTARY_EXEMPT (tests/test_fused.py walks ModelConfig's fields).
+ROTARY_IMPLEMENTS: dict[str, frozenset | None] = {
+    "d_model": ANY, "n_heads": ANY, "n_kv_heads": ANY, "head_dim": ANY,  # read from y's width
+    "position": frozenset({"rope"}), "rope_theta": ANY,  # the cos, sin tables come in
+    "bias": ANY, "qkv_bias": ANY,  # added by the projection, before the function
+    "attn_gate": frozenset({False}),  # the gate's half of q would be rotated as a query
+    "qk_norm": frozenset({False}),  # the norm sits between the projection and RoPE
+}
+# Fields that never reach that part: they act on the stream before the attention reads
+# it, after q, k, v leave the function (the value residual mixes v afterwards), or set
+# where weights start. `norm` reaches q and k only through QK-norm, declared above.
+ROTARY_EXEMPT = frozenset({
+    "vocab_size", "context_len", "n_layers", "d_ff", "ffn", "ffn_clamp", "norm", "norm_eps",
+    "placement", "residual", "norm_scale", "value_residual", "streams", "final_norm",
+    "tie_embeddings", "init_std", "init_gain", "scaled_init"})
+
+
+def rotary_reason(cfg: ModelConfig) -> str | None:
+    """Why `rotary_heads` cannot compute this config's attention, or None when it can."""
+    return config_reason(cfg, ROTARY_IMPLEMENTS, "the fused RoPE path", exempt=ROTARY_EXEMPT)
 
 
 def fast_path_ok(x: torch.Tensor) -> bool:

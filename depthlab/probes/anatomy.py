@@ -20,6 +20,10 @@ from depthlab.errors import UserError, read_json_object
 from depthlab.hf.config_map import model_config_from_hf, text_config
 from depthlab.hf.mapping import ANATOMY, HYBRID_TYPES
 from depthlab.locales import text
+from depthlab.presets import PRESETS, get_preset
+from depthlab.probes.exact import init_scale_text
+from depthlab.probes.exactnum import parse_decimal
+from depthlab.probes.exactnum import text as exact_text
 from depthlab.probes.hybrid import (
     FULL,
     LINEAR,
@@ -217,8 +221,6 @@ def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> 
 
 
 def anatomy_of_preset(preset: str, tokens: int = 5) -> Anatomy:
-    from depthlab.presets import PRESETS, get_preset
-
     cfg = get_preset(preset).model
     doc = (PRESETS[preset].__doc__ or "").strip().splitlines()[0]
     return anatomy(cfg, tokens, name=preset, source=f"preset {preset!r}: {doc}")
@@ -241,10 +243,6 @@ EVOLUTION = (
 def _init_texts(m: ModelConfig, a: Anatomy) -> dict[str, str]:
     """The evolution row's init std in exact digits: the rule 0.02/sqrt(2L) and its value
     ("0.02/√8", "~0.00707107"), or the plain std without a depth rule (rule "")."""
-    from depthlab.probes.exact import init_scale_text
-    from depthlab.probes.exactnum import parse_decimal
-    from depthlab.probes.exactnum import text as exact_text
-
     if m.scaled_init and a.residual_init_std != m.init_std:
         rule, value = init_scale_text(m.init_std, a.n_writes)
         return {"residual_init_rule": rule, "residual_init_std_text": value}

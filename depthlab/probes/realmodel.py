@@ -25,15 +25,20 @@ k (2L writes: block i's attention is write 2i + 1, its FFN write 2i + 2).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.locales import texts
 from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
+from depthlab.probes.stream import probe_model
+from depthlab.probes.token_text import bare_ids, pieces, position_labels, token_text
+from depthlab.threads import use_threads
 
 SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head "has a sink" when the first token gets more
 
@@ -192,8 +197,6 @@ def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str
 def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> dict[str, Any]:
     """Every probe above for one prompt. `target` is the token the lens follows (default:
     the model's own top-1 next token)."""
-    from depthlab.probes.stream import probe_model
-
     L = model.cfg.n_layers
     if target is not None and not 0 <= target < model.cfg.vocab_size:
         raise UserError(f"target token id must be in [0, {model.cfg.vocab_size}), got {target}")
@@ -225,12 +228,6 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
     token ids; `target` is the lens's token: an id, or text taken verbatim whose first
     token is used (`lens.typed` says how it tokenised). `threads` (0: depthlab.threads'
     rule for the run's width) sets torch's threads; None leaves them as they are."""
-    from pathlib import Path
-
-    from depthlab import rundir
-    from depthlab.probes.token_text import pieces, position_labels, token_text
-    from depthlab.threads import use_threads
-
     model, cfg = rundir.load_model(Path(run_dir), device=device)
     if threads is not None:
         use_threads(threads, cfg.model.d_model)
@@ -261,8 +258,6 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
 def target_tokens(tokenizer: Any, text: str) -> dict[str, Any]:
     """How a typed lens target tokenises, taken verbatim (spaces kept): its ids (without a
     BOS the tokenizer may add) and pieces. The lens follows the first token."""
-    from depthlab.probes.token_text import bare_ids, pieces
-
     try:
         ids = bare_ids(tokenizer, text)
     except UserError as e:  # a character the run's vocabulary lacks

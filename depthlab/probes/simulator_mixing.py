@@ -18,7 +18,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from depthlab.locales import texts
 from depthlab.probes.jsonsafe import json_list
+from depthlab.sigfig import sig
 
 DEFAULT_STREAMS = 4  # DeepSeek-V4's hc_mult
 DEFAULT_DEPTH = 60
@@ -36,10 +38,19 @@ class CompositeCurves:
     draws: int
     curves: dict  # "hc" | "mhc" -> {"median", "lo", "hi"}, each one value per depth
 
+    def reading(self) -> dict[str, str]:
+        """The chart's line in every language: HC's median gain after the last write and
+        its largest draw, and how far mHC's band strays from 1."""
+        hc, mhc = self.curves["hc"], self.curves["mhc"]
+        off = max(abs(v - 1) for v in [*mhc["lo"], *mhc["hi"]])
+        return texts("bx.read.gain", L=self.depth, a=sig(hc["median"][-1]), hi=sig(hc["hi"][-1]),
+                     draws=self.draws, d=sig(off, 2))
+
     def to_json(self) -> dict:
         return {"kind": "composite_gain", "streams": self.streams, "spread": self.spread,
                 "draws": self.draws, "depth": list(range(1, self.depth + 1)),
-                **{name: {k: json_list(v) for k, v in c.items()} for name, c in self.curves.items()}}
+                **{name: {k: json_list(v) for k, v in c.items()} for name, c in self.curves.items()},
+                "reading": self.reading()}
 
 
 def composite_curves(streams: int = DEFAULT_STREAMS, depth: int = DEFAULT_DEPTH,

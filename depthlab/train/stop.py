@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from depthlab.train.checkpoint import save_checkpoint
+from depthlab.train.checkpoint import checkpoint_dirs, save_checkpoint
 from depthlab.train.runtime import StopSignals
 from depthlab.train.setup import LoopState, Run
 
@@ -27,8 +27,6 @@ def checkpoint(run: Run, st: LoopState) -> None:
 def newest_step_on_disk(run_dir: Path) -> int | None:
     """The step of the newest checkpoint folder, as the folder says (not as the loop
     believes: an interrupted save may or may not have reached its rename)."""
-    from depthlab.train.checkpoint import checkpoint_dirs
-
     found = checkpoint_dirs(run_dir)
     return found[-1][0] if found else None
 

@@ -24,12 +24,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from depthlab import __version__
 from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
 from depthlab.locales import LANGS, table
 from depthlab.presets import PRESETS
-from depthlab.web import compute, lesson
+from depthlab.web import compute, lesson, realmodel
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
 from depthlab.web.messages import (
     RunError,
@@ -82,7 +84,6 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     _add_probe_routes(app)
     _add_model_routes(app)
     _add_measurement_routes(app, runs)
-    from depthlab.web import realmodel
 
     app.include_router(realmodel.router(runs.root, compute._LOCK))
     return app
@@ -91,8 +92,6 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
 def _app(runs: Runs, warm: bool) -> FastAPI:
     """The bare app: its lifespan (settle dead runs, warm the first view, stop the
     background run) and a schema that documents the 4xx the server adds."""
-    from depthlab import __version__
-
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         runs.settle_all()  # runs that died with an earlier server: their status says so
@@ -125,8 +124,6 @@ def _app(runs: Runs, warm: bool) -> FastAPI:
 def _add_middleware(app: FastAPI, allowed_hosts: list[str] | None) -> None:
     """Host check, body limit, the write guard on every POST, and the security headers."""
     if allowed_hosts:
-        from starlette.middleware.trustedhost import TrustedHostMiddleware
-
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.add_middleware(WriteGuard)  # outside BodyLimit: a refused write is not even read
@@ -176,8 +173,6 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_page_routes(app: FastAPI, runs: Runs) -> None:
     """The page itself, its static files, its facts (/api/meta) and its text tables."""
-    from depthlab import __version__
-
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")

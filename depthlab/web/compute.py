@@ -11,6 +11,16 @@ from __future__ import annotations
 import threading
 from functools import lru_cache, wraps
 
+from depthlab.presets import PRESETS
+from depthlab.probes import (
+    anatomy_of,
+    anatomy_of_preset,
+    compare_norms,
+    evolution_table,
+    residual_paths,
+    shipped_configs,
+)
+from depthlab.probes.simulator_mixing import composite_curves
 from depthlab.web.messages import refusal
 from depthlab.web.schemas import (
     AnatomyRequest,
@@ -68,24 +78,18 @@ def sweep(req: SweepRequest) -> dict:
 @_cached(maxsize=64)
 def composite(req: CompositeRequest) -> dict:
     """The composite gain of HC's and mHC's mixing matrices over depth (median, min-max)."""
-    from depthlab.probes.simulator_mixing import composite_curves
-
     return composite_curves(req.streams, req.depth, req.spread, req.draws).to_json()
 
 
 @_cached(maxsize=256)
 def norms(req: NormsRequest) -> dict:
     """LayerNorm vs RMSNorm on one vector, by the model's own norm modules (gamma 1, beta 0)."""
-    from depthlab.probes import compare_norms
-
     return compare_norms(req.x, req.eps).to_json()
 
 
 @_cached(maxsize=256)
 def paths(req: PathsRequest) -> dict:
     """x_N = (1 + a)^N x_0 expanded into 2^N gradient paths, grouped by sublayers passed."""
-    from depthlab.probes import residual_paths
-
     return residual_paths(req.n, req.a).to_json()  # exact texts; a float past its range is null
 
 
@@ -99,17 +103,12 @@ def growth(req: GrowthRequest) -> dict:
 
 
 def anatomy_names() -> dict[str, list[str]]:
-    from depthlab.presets import PRESETS
-    from depthlab.probes import shipped_configs
-
     return {"presets": list(PRESETS), "configs": shipped_configs()}
 
 
 @_cached(maxsize=64)
 def anatomy(req: AnatomyRequest) -> dict:
     """Shapes per stage and parameters per component of a preset or a shipped config."""
-    from depthlab.probes import anatomy_of, anatomy_of_preset
-
     names = anatomy_names()
     # A shipped config is the real model: `gpt2` is GPT-2 itself (d 768, 12 layers), not
     # the course-sized preset of the same name.
@@ -124,8 +123,6 @@ def anatomy(req: AnatomyRequest) -> dict:
 @lru_cache(maxsize=1)
 def evolution() -> list[dict]:
     """The evolution table's rows, computed from the presets and shipped configs."""
-    from depthlab.probes import evolution_table
-
     with _LOCK:
         return evolution_table()
 

@@ -18,7 +18,9 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from depthlab import __version__
 from depthlab.atomic import atomic_write_text
+from depthlab.config import PLACEMENTS
 from depthlab.locales import LANGS, table
 from depthlab.outdir import writable_dir
 from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
@@ -110,9 +112,6 @@ def paths_grid() -> dict:
 
 
 def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) -> dict:
-    from depthlab import __version__
-    from depthlab.config import PLACEMENTS
-
     g = GRIDS[grid]
     data = {"meta": {"version": __version__, "mode": "static",
                      "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from depthlab.config import NORM_LABELS, validate_model
+from depthlab.config import NORM_LABELS, PLACEMENTS, validate_model
+from depthlab.presets import describe_presets, get_preset
+from depthlab.probes.simulator_bounds import page_bounds
+from depthlab.variants import public_specs
 
 
 def block(preset: str, placement: str | None = None) -> dict:
     """One block of `preset` (optionally with another placement) as diagram data."""
     from depthlab.model.transformer import NORM_SLOTS
-    from depthlab.presets import get_preset
 
     m = get_preset(preset).model
     if placement is not None:  # checked like any config: allowed values, needs a norm
@@ -30,8 +32,6 @@ def block(preset: str, placement: str | None = None) -> dict:
 
 
 def presets() -> list[dict]:
-    from depthlab.presets import describe_presets
-
     return [{"name": n, "summary": s} for n, s in describe_presets()]
 
 
@@ -56,9 +56,5 @@ def page_facts() -> dict:
     """What /api/meta and a static copy's meta both tell the page: bounds, the norm
     placements a block can take, the presets, each residual's and norm's spec (labels,
     formulas, whether it widens the stream). The page hard-codes none of them."""
-    from depthlab.config import PLACEMENTS
-    from depthlab.probes.simulator_bounds import page_bounds
-    from depthlab.variants import public_specs
-
     return {"limits": limits(), "placements": list(PLACEMENTS), "presets": presets(),
             "simulator": page_bounds(), "variants": public_specs()}

@@ -26,7 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from depthlab import rundir
 from depthlab.corpus import LANGUAGES
+from depthlab.errors import UserError
 from depthlab.locales import texts
+from depthlab.progress import Progress
 from depthlab.web.messages import refusal
 from depthlab.web.schemas import error_responses
 
@@ -151,7 +153,6 @@ class RealModelProbes:
         return {**body, "cached": False}
 
     def _compute(self, run: Path, req: ProbeRequest) -> dict[str, Any]:
-        from depthlab.errors import UserError
         from depthlab.probes.realmodel import probe_run_dir
 
         tokenizer = rundir.load_tokenizer(run)
@@ -171,8 +172,6 @@ class RealModelProbes:
 @functools.lru_cache(maxsize=32)
 def _readable(run: str, stamp: int | None) -> tuple[tuple[str, bool], ...]:
     """(prompt id, readable) for one run's tokenizer as it is at `stamp` (its mtime)."""
-    from depthlab.errors import UserError
-
     tokenizer = rundir.load_tokenizer(Path(run)) if stamp is not None else None
     out = []
     for p in PROMPTS:
@@ -235,9 +234,6 @@ def static_results(root: Path, progress: bool = False) -> dict[str, Any]:
     """What `export-page` embeds: the shipped prompts probed on one run (SmolLM2 when it
     is under `root`, else the first run listed), computed now or read from the cache.
     A typed prompt or another run needs the server; the page says so."""
-    from depthlab.errors import UserError
-    from depthlab.progress import Progress
-
     runs = list_runs(root)
     out: dict[str, Any] = {**prompts_body(), "runs": [], "results": {}}
     if not runs:

@@ -27,6 +27,8 @@ import sys
 import threading
 from pathlib import Path
 
+from depthlab.experiments import EXPERIMENTS
+from depthlab.experiments.frontier_readings import complete
 from depthlab.rundir import DirLock, atomic_write_text
 from depthlab.web.messages import RunError, refusal
 
@@ -40,8 +42,6 @@ FRONTIER = "residual-frontier"  # the experiment whose frontier.json the page dr
 
 def known_experiments() -> dict[str, dict[str, str]]:
     """name -> question {en, zh}, from the experiments registry."""
-    from depthlab.experiments import EXPERIMENTS
-
     return {name: {"en": e.question, "zh": e.question_zh} for name, e in EXPERIMENTS.items()}
 
 
@@ -114,9 +114,12 @@ class Runs:
     def frontier(self) -> dict:
         """The residual-frontier experiment's frontier.json (beside its export.json), the
         data of the page's "beyond" section: {"has_data", "command", "frontier": the file
-        or null}. A missing file is an answer, not an error: the section says how to run it."""
+        or null}. A missing file is an answer, not an error: the section says how to run it.
+        A file written before the page's readings were shipped in it gets them now."""
         path = self.root / FRONTIER / "frontier.json"
         data = _read_json(path)
+        if data is not None and isinstance(data.get("arms"), dict):
+            data = complete(data)
         out = {"has_data": data is not None, "frontier": data,
                "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
         if data is None and path.exists():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic.json_schema import models_json_schema
 from pydantic_core import PydanticCustomError
 
 from depthlab.numtext import NumberTextError, parse_numbers
@@ -169,8 +170,6 @@ def document_server_errors(spec: dict, security_scheme: dict) -> dict:
     """Add to an OpenAPI document the 4xx that the server gives around every endpoint:
     413 to all, 403 and 415 (and the token scheme) to writes, and our 422 body in place of
     FastAPI's to every operation with parameters or a body. Works on routes from any router."""
-    from pydantic.json_schema import models_json_schema
-
     _, defs = models_json_schema([(ErrorBody, "serialization"), (ValidationErrorBody, "serialization")],
                                  ref_template="#/components/schemas/{model}")
     components = spec.setdefault("components", {})

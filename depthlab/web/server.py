@@ -16,6 +16,7 @@ import asyncio
 from typing import Any
 
 import h11
+import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 # A request to the page is a few hundred bytes of headers and at most MAX_BODY of JSON
@@ -69,7 +70,5 @@ def bounded_protocol(seconds: float) -> type[BoundedH11Protocol]:
 
 def server_config(app: Any, read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> Any:
     """The uvicorn.Config every depthlab server runs with."""
-    import uvicorn
-
     return uvicorn.Config(app, log_level="warning", access_log=False,
                           http=bounded_protocol(read_timeout_s))

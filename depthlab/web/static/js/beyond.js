@@ -6,7 +6,10 @@
 //      and the baselines, stream RMS per write after training, gradient per block at init
 //      and after training, the learned mixing matrices of HC and mHC as heatmaps and
 //      AttnRes's depth weights per sublayer. Without frontier.json: how to run it.
-// Every chart has a one-line reading computed from its numbers and hover read-outs.
+// Every chart has a one-line reading and hover read-outs. The readings are the server's
+// (frontier.json's "readings" and each arm's seed "lo" / "hi", computed by
+// depthlab.experiments.frontier_readings; the composite gain's by simulator_mixing): this
+// file shows them and draws, it computes no number of its own.
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
@@ -65,9 +68,7 @@
     });
     chart.update(r.depth, [r.hc.median, r.mhc.median], [[r.hc.lo, r.hc.hi], [r.mhc.lo, r.mhc.hi]]);
     const last = r.depth.length - 1;
-    const off = Math.max(...r.mhc.lo.concat(r.mhc.hi).map((v) => Math.abs(v - 1)));
-    reading.textContent = DL.t("bx.read.gain", { L: r.depth[last], a: fmt(r.hc.median[last]), hi: fmt(r.hc.hi[last]),
-                                                 draws: r.draws, d: fmt(off, 2) });
+    reading.textContent = DL.tr(r.reading);
     reading.dataset.hc = r.hc.median[last];
     reading.dataset.mhc = r.mhc.median[last];
   }
@@ -77,6 +78,9 @@
   const depthsOf = (f) => [...new Set(Object.values(f.arms).map((a) => a.depth))].sort((a, b) => a - b);
   const finite = (vs) => (vs || []).filter((v) => v != null && isFinite(v));
 
+  // The server's reading of a chart, by its element's id (without "reading-").
+  const readingOf = (f, id) => f.readings[id] || { text: null };
+
   function figure(box, id, caption, readingText, spec, xs, ys, bands) {
     const el = h("div", { class: "chart wide", id });
     const reading = h("p", { class: "reading", id: "reading-" + id.slice(2) }, readingText);
@@ -85,15 +89,15 @@
     return reading;
   }
 
-  // Final validation loss per arm at one depth: each seed a dot, the mean with its min-max,
-  // and the unigram / bigram baselines of the same tokens as lines.
+  // Final validation loss per arm at one depth: each seed a dot, the mean with its min-max
+  // over seeds (the server's lo / hi), and the unigram / bigram baselines as lines.
   function finalsChart(box, f, depth) {
     const arms = armsAt(f, depth);
     const xs = range(0, arms.length - 1);
     const seeds = Math.max(...arms.map(([, a]) => (a.final_val_loss || []).length), 0);
     const mean = arms.map(([, a]) => a.mean);
-    const lo = arms.map(([, a]) => (finite(a.final_val_loss).length ? Math.min(...finite(a.final_val_loss)) : null));
-    const hi = arms.map(([, a]) => (finite(a.final_val_loss).length ? Math.max(...finite(a.final_val_loss)) : null));
+    const lo = arms.map(([, a]) => a.lo);
+    const hi = arms.map(([, a]) => a.hi);
     const base = f.baselines || {};
     const series = [{ label: t("bx.loss.mean"), color: "#333333", dots: true }];
     const ys = [mean];
@@ -106,46 +110,33 @@
       series.push({ label: t("bx.loss." + k), color, dash: true, width: 1.5 });
       ys.push(xs.map(() => base[k]));
     }
-    const ok = arms.map(([, a], i) => [a.arm, mean[i], a.spread]).filter(([, m]) => m != null);
-    const best = ok.reduce((b, c) => (c[1] < b[1] ? c : b), ok[0] || [null, null, null]);
-    const plain = ok.find(([arm]) => arm === "plain");
-    const text = best[0] == null ? DL.t("bx.read.loss.none", { depth }) : DL.t(plain ? "bx.read.loss" : "bx.read.loss.noplain", {
-      depth, best: armName(best[0]), v: fmt(best[1], 4), s: fmt(best[2], 2), seeds: f.seeds,
-      plain: plain ? fmt(plain[1], 4) : "—", ps: plain ? fmt(plain[2], 2) : "—",
-      uni: fmt(base.unigram, 4), bi: fmt(base.bigram, 4) });
-    const reading = figure(box, "c-bx-loss-" + depth, DL.t("bx.loss.h", { depth }), text, {
+    const read = readingOf(f, "bx-loss-" + depth);
+    const reading = figure(box, "c-bx-loss-" + depth, DL.t("bx.loss.h", { depth }), DL.tr(read.text), {
       xLabel: t("bx.ax.arm"), yLabel: t("bx.ax.loss"), height: 240, xNames: (i) => (arms[i] ? armName(arms[i][1].arm) : ""), xSlant: arms.length > 4,
       hover: (x, v, k, vs) => (k === 0
         ? DL.t("bx.hover.loss", { arm: armName(arms[x][1].arm), v: vs, lo: fmt(lo[x], 4), hi: fmt(hi[x], 4), s: fmt(arms[x][1].spread, 2) })
         : (typeof series[k].label === "function" ? series[k].label() : series[k].label) + " = " + vs),
       series,
     }, xs, ys, [[lo, hi]].concat(ys.slice(1).map(() => null)));
-    reading.dataset.best = best[0] || "";
+    reading.dataset.best = read.best || "";
   }
 
   // One line per arm at one depth: a per-write or per-block profile (log y).
-  function profileChart(box, f, depth, key, id, xLabel, yLabel, caption, readKey, x0) {
+  function profileChart(box, f, depth, key, id, xLabel, yLabel, caption, x0) {
     const arms = armsAt(f, depth).filter(([, a]) => finite(a[key]).length);
     if (!arms.length) return;
     const len = Math.max(...arms.map(([, a]) => a[key].length));
     const xs = range(x0, x0 + len - 1);
     const ys = arms.map(([, a]) => xs.map((x, i) => (a[key][i] == null ? null : a[key][i])));
     // the reading: the top value's range over arms (RMS) or the bottom/top ratio (gradient)
-    const stat = arms.map(([, a]) => {
-      const v = finite(a[key]);
-      return [a.arm, key.startsWith("grad") ? v[0] / v[v.length - 1] : v[v.length - 1]];
-    }).filter(([, v]) => isFinite(v) && v > 0);
-    const none = ["—", null];
-    const lo = stat.reduce((b, c) => (c[1] < b[1] ? c : b), stat[0] || none);
-    const hi = stat.reduce((b, c) => (c[1] > b[1] ? c : b), stat[0] || none);
-    const text = DL.t(readKey, { depth, lo: armName(lo[0]), a: fmt(lo[1]), hi: armName(hi[0]), b: fmt(hi[1]) });
-    const reading = figure(box, id, caption, text, {
+    const read = readingOf(f, id.slice(2));
+    const reading = figure(box, id, caption, DL.tr(read.text), {
       xLabel: t(xLabel), yLabel: t(yLabel), yLog: true, height: 230, xInt: true,
       hover: (x, v, k, vs) => DL.t("bx.hover.profile", { arm: armName(arms[k][1].arm), x, v: vs }),
       series: arms.map(([, a], i) => ({ label: () => armName(a.arm), color: a.color || DL.charts.palette(i), width: 1.5, points: len < 30 })),
     }, xs, ys);
-    reading.dataset.lo = lo[0];
-    reading.dataset.hi = hi[0];
+    reading.dataset.lo = read.lo;
+    reading.dataset.hi = read.hi;
   }
 
   // ---- heatmaps ------------------------------------------------------------------------
@@ -203,26 +194,17 @@
     return [svg, out];
   }
 
-  function rowSums(m) { return m.map((r) => r.reduce((s, v) => s + v, 0)); }
-  function colSums(m) { return m[0].map((_, j) => m.reduce((s, r) => s + r[j], 0)); }
-
   function mixingPart(box, f) {
     for (const [key, entry] of Object.entries(f.learned || {})) {
       const mixing = entry.mixing || [];
       if (!mixing.length) continue;
       const arm = key.split("-").slice(1).join("-");
       const name = armName(arm);
-      // how far rows and columns are from summing to 1 (0 for a doubly stochastic matrix)
-      const off = Math.max(...mixing.flatMap((e) => rowSums(e.matrix).concat(colSums(e.matrix)).map((v) => Math.abs(v - 1))));
-      let far = [0, 0, 0, 0];
-      mixing.forEach((e, w) => e.matrix.forEach((row, i) => row.forEach((v, j) => {
-        const d = Math.abs(v - (i === j ? 1 : 0));
-        if (d > far[0]) far = [d, w, i, j];
-      })));
-      const reading = h("p", { class: "reading", id: "reading-bx-mix-" + key }, DL.t("bx.read.mix", {
-        arm: name, writes: mixing.length, g: fmt(entry.composite_gain), off: fmt(off, 2), d: fmt(far[0], 3),
-        w: mixing[far[1]].name, i: far[2], j: far[3] }));
-      reading.dataset.gain = entry.composite_gain;
+      // the server's reading: the row and column sums' distance from 1 (0 for a doubly
+      // stochastic matrix) and the entry farthest from the identity
+      const read = readingOf(f, "bx-mix-" + key);
+      const reading = h("p", { class: "reading", id: "reading-bx-mix-" + key }, DL.tr(read.text));
+      reading.dataset.gain = read.gain;
       const [svg, out] = heatmap("hm-" + key, mixing.map((e) => ({ rows: e.matrix, cols: e.matrix.length })),
         (w) => String(w + 1), (w, i, j, v) => DL.t("bx.hover.mix", { name: mixing[w].name, i, j, v: fmt(v, 4) }),
         DL.t("bx.mix.aria", { arm: name, writes: mixing.length }) + " " + reading.textContent);
@@ -236,12 +218,9 @@
       if (!rows.length) continue;
       const k = Math.max(...rows.map((r) => r.weights.length));
       const padded = rows.map((r) => r.weights.concat(Array(k - r.weights.length).fill(null)));
-      const last = rows[rows.length - 1].weights;
-      const at = last.indexOf(Math.max(...last));
-      const uniform = 1 / last.length;
-      const reading = h("p", { class: "reading", id: "reading-bx-depth-" + key }, DL.t("bx.read.depth", {
-        name: rows[rows.length - 1].name, k: last.length, src: at, w: fmt(last[at], 3), u: fmt(uniform, 3) }));
-      reading.dataset.source = at;
+      const read = readingOf(f, "bx-depth-" + key);
+      const reading = h("p", { class: "reading", id: "reading-bx-depth-" + key }, DL.tr(read.text));
+      reading.dataset.source = read.source;
       const [svg, out] = heatmap("hm-depth-" + key, [{ rows: padded, cols: k }], () => DL.t("bx.depth.axes"),
         (m, i, j, v) => DL.t("bx.hover.depth", { name: rows[i].name, src: j, v: v == null ? "—" : fmt(v, 4) }),
         DL.t("bx.depth.aria", { n: rows.length }) + " " + reading.textContent);
@@ -257,11 +236,11 @@
     depths.forEach((d) => finalsChart(grid, f, d));
     for (const d of depths) {
       profileChart(grid, f, d, "stream_rms_trained", "c-bx-rms-" + d, "bx.ax.write", "bx.ax.rms",
-                   DL.t("bx.rms.h", { depth: d }), "bx.read.rms", 0);
+                   DL.t("bx.rms.h", { depth: d }), 0);
       profileChart(grid, f, d, "grad_per_block_init", "c-bx-grad0-" + d, "bx.ax.block", "bx.ax.grad",
-                   DL.t("bx.grad0.h", { depth: d }), "bx.read.grad", 1);
+                   DL.t("bx.grad0.h", { depth: d }), 1);
       profileChart(grid, f, d, "grad_per_block_trained", "c-bx-grad1-" + d, "bx.ax.block", "bx.ax.grad",
-                   DL.t("bx.grad1.h", { depth: d }), "bx.read.grad", 1);
+                   DL.t("bx.grad1.h", { depth: d }), 1);
     }
     mixingPart(box, f);
     depthPart(box, f);
