@@ -116,6 +116,16 @@ class RunRequest(_Request):
     budget: Literal[BUDGETS] = "quick"  # type: ignore[valid-type]
 
 
+class EmptyRequest(_Request):
+    """A section whose answer takes no input (the evolution table)."""
+
+
+class BlockRequest(_Request):
+    preset: str = Field("course", max_length=60, pattern=r"^[A-Za-z0-9_.-]+$",
+                        description="a preset name")
+    placement: str | None = Field(None, max_length=40, description="another norm placement")
+
+
 class AnatomyRequest(_Request):
     config: str = Field("course", max_length=60, pattern=r"^[A-Za-z0-9_.-]+$",
                         description="a preset name or a shipped config name")

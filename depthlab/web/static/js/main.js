@@ -61,7 +61,7 @@
     }
     const touched = new Set(Object.keys(patch).flatMap((k) => ROUTES[k] || []));
     if (touched.has("sim")) {
-      const snapped = source.snap(s);
+      const snapped = source.snap("simulate", s);
       if (snapped.n !== s.n || snapped.g !== s.g) return DL.state.set({ n: snapped.n, g: snapped.g });
       controls(s);
       sim.update(s);
