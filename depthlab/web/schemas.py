@@ -37,6 +37,9 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # JSON types as the schema says
 
 
+Request = _Request  # the base of a page section's request model (depthlab.web.sections)
+
+
 Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack"), AS_INTEGER]
 Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
