@@ -1,6 +1,7 @@
 """The page-section registry (depthlab/web/sections.py): a section that exists only in this
-test (its request model, its compute, its registry entry, nothing else) gets a route, an
-OpenAPI entry, an /api/meta listing and a static-export entry; the registry's built-in
+test (its request model, its compute, its registry entry; its JS module in a copy of the
+page's files) gets a route, an OpenAPI entry, an /api/meta listing, a static-export entry
+and its script in the page; the registry's built-in
 sections are the routes the page uses; the canonical request key writes numbers as
 JavaScript does (tests/test_page_sections.py runs api.js's key on the same requests)."""
 
@@ -32,11 +33,40 @@ def echo(req: EchoRequest) -> dict:
 
 
 ECHO = Section("echo", "POST", "/api/echo", EchoRequest, echo, "test", "A section of this test only",
-               lru=8, static=lambda grid: [EchoRequest(k=1), EchoRequest(k=2, x=0.25)])
+               lru=8, static=lambda grid: [EchoRequest(k=1), EchoRequest(k=2, x=0.25)],
+               script="js/echo.js")
+# Its JS module: a figure that draws its box from the section's answer, live or static.
+ECHO_JS = """(function () {
+  "use strict";
+  const DL = (window.DL = window.DL || {});
+  DL.figures = DL.figures || {};
+  DL.figures.echo = function (source, showError) {
+    const box = DL.h("section", { id: "echo" });
+    document.querySelector("main").append(box);
+    return {
+      update() {
+        source.section("echo", { k: 2, x: 0.25 }).then((r) => { box.textContent = String(r.kx); }).catch(showError);
+      },
+      relabel() {},
+    };
+  };
+})();
+"""
 
 
 @pytest.fixture()
-def with_echo(monkeypatch):
+def with_echo(monkeypatch, tmp_path_factory):
+    """The test's section registered, its module beside a copy of the page's static files."""
+    import shutil
+
+    from depthlab.web import app
+
+    static = tmp_path_factory.mktemp("page") / "static"
+    shutil.copytree(sections.STATIC, static)
+    (static / ECHO.script).write_text(ECHO_JS, encoding="utf-8")
+    for module in (sections, export):
+        monkeypatch.setattr(module, "STATIC", static)
+    monkeypatch.setattr(app, "STATIC_DIR", static)
     monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS, ECHO])
     return ECHO
 
@@ -64,6 +94,9 @@ def test_a_section_of_one_entry_gets_route_schema_meta_and_cache(with_echo, tmp_
     listed = {s["name"]: s for s in c.get("/api/meta").json()["sections"]}
     assert listed["echo"] == {"name": "echo", "method": "POST", "path": "/api/echo",
                               "defaults": {"x": 0.5, "label": "ü \"q\""}}
+    page = c.get("/").text  # its module is loaded before main.js, which builds its figure
+    assert page.index('<script src="static/js/echo.js">') < page.index('<script src="static/js/main.js">')
+    assert c.get("/static/js/echo.js").text == ECHO_JS
     cached = compute.adapter(ECHO)
     hits = cached.cache_info().hits
     c.post("/api/echo", json={"k": 3, "x": -0.5})
@@ -76,6 +109,7 @@ def test_a_section_of_one_entry_is_in_the_static_export(with_echo, monkeypatch, 
     html = export.export_page(tmp_path / "page", runs_dir=tmp_path / "runs", grid="small").read_text()
     blob = re.search(r'<script type="application/json" id="depthlab-data">(.*?)</script>', html, re.S).group(1)
     data = json.loads(blob.replace("<\\/", "</"))
+    assert ECHO_JS.replace("</script", "<\\/script") in html  # its module, inlined
     listed = {s["name"]: s for s in data["meta"]["sections"]}
     assert listed["echo"]["path"] == "/api/echo" and listed["echo"]["grid"] == {"k": [1, 2], "x": [0.25, 0.5]}
     want = {'{"k":1,"label":"ü \\"q\\"","x":0.5}': echo(EchoRequest(k=1)),

@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -162,8 +162,8 @@ def _add_page_routes(app: FastAPI, runs: Runs) -> None:
     from depthlab import __version__
 
     @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+    def index() -> HTMLResponse:
+        return HTMLResponse(sections.page_html())  # index.html and the sections' own scripts
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 

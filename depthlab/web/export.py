@@ -158,7 +158,7 @@ def export_page(out_dir: str | Path, *, runs_dir: Path = Path("runs"), grid: str
         raise ValueError(f"grid must be one of {', '.join(GRIDS)}")
     with writable_dir(out_dir, "DIR") as folder:  # checked before minutes of computing
         data = page_data(Path(runs_dir), grid, progress)
-        html = _inline((STATIC / "index.html").read_text(encoding="utf-8"), data)
+        html = _inline(sections.page_html(), data)
         path = folder / "index.html"
         atomic_write_text(path, html)
     return path

@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Path as PathParam
@@ -64,6 +65,7 @@ class Section:
     params: Callable[..., BaseModel] | None = None
     responses: tuple[int, ...] = ()
     answer: Any = dict  # the route's response type (a list for a table)
+    script: str | None = None  # its JS module under static/, loaded before main.js (page_html)
 
 
 # ---- the canonical key of a request ------------------------------------------------------
@@ -305,6 +307,19 @@ def section(name: str) -> Section:
         if s.name == name:
             return s
     raise KeyError(f"no page section {name!r}; registered: {', '.join(s.name for s in SECTIONS)}")
+
+
+STATIC = Path(__file__).parent / "static"
+MAIN_JS = '<script src="static/js/main.js"></script>'
+
+
+def page_html() -> str:
+    """index.html with a <script> tag for each section's own JS module, before main.js
+    (which builds every figure the modules define). The server sends it; a static copy
+    inlines it."""
+    html = (STATIC / "index.html").read_text(encoding="utf-8")
+    tags = "".join(f'<script src="static/{s.script}"></script>\n' for s in SECTIONS if s.script)
+    return html.replace(MAIN_JS, tags + MAIN_JS, 1)
 
 
 def listing() -> list[dict]:
