@@ -16,7 +16,7 @@ from page_harness import BROWSER_MARKS
 
 from depthlab.web import export, sections
 from depthlab.web.sections import js_number, request_key
-from tests.test_sections import ECHO, EchoRequest, echo
+from tests.test_sections import ECHO, EchoRequest, echo, with_echo  # noqa: F401 - a fixture
 
 pytestmark = BROWSER_MARKS
 
@@ -84,3 +84,29 @@ def test_a_static_copy_answers_a_sections_request(scratch):
     assert got[1] == export._round(echo(EchoRequest(k=2, x=0.25)))  # shared list put back
     assert got[2] == export._round(echo(EchoRequest(k=1)))  # the default x filled in
     assert "not in this static copy" in got[3]
+
+
+@pytest.mark.usefixtures("with_echo")
+def test_a_section_of_four_files_shows_live_and_static(browser, tmp_path):
+    """The test's section (its Python entry and its JS module only) draws its box from its
+    answer on the live page and in a static copy opened from disk."""
+    from page_harness import Watch, serve
+
+    url, stop = serve(tmp_path / "runs")
+    pages = []
+    try:
+        pages.append((browser.new_page(), url + "#lang=en"))
+        copy = export.export_page(tmp_path / "page", runs_dir=tmp_path / "runs", grid="small")
+        pages.append((browser.new_page(), copy.as_uri() + "#lang=en"))
+        for page, address in pages:
+            watch = Watch(page)
+            page.goto(address)
+            page.wait_for_function("() => window.DL && DL.ready", timeout=60000)  # a loaded machine
+            page.wait_for_function("() => document.getElementById('echo') && "
+                                   "document.getElementById('echo').textContent !== ''", timeout=30000)
+            assert page.inner_text("#echo") == "0.5"  # echo(k=2, x=0.25)["kx"]
+            assert watch.errors == [] and page.evaluate("() => DL.errors") == [], address
+    finally:
+        for page, _ in pages:
+            page.close()
+        stop()
