@@ -7,8 +7,9 @@ other site can frame it. POSTs must come from the page itself (`depthlab.web.gua
 same origin, JSON, the server's token) and no body may exceed 64 KiB. Bad input is a
 4xx whose `error` names the field, in the language the request asks for
 (`Accept-Language`, depthlab.web.messages) with its locale key in `code`, and
-/openapi.json gives the schema of every 4xx an endpoint can answer; the numbers
-come from `depthlab.web.compute`.
+/openapi.json gives the schema of every 4xx an endpoint can answer. The page
+sections' routes are made from their registry (`depthlab.web.sections`), each answered
+by its cached compute (`depthlab.web.compute`).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ def _add_page_routes(app: FastAPI, runs: Runs) -> None:
 
 def _add_section_routes(app: FastAPI) -> None:
     """One route per registered page section (depthlab.web.sections), answered by its
-    cached compute: a POST takes the request model as its JSON body, a GET its `params`."""
+    cached compute; and the list of models the anatomy can describe."""
     for s in sections.SECTIONS:
         _add_section_route(app, s)
 
@@ -194,29 +195,20 @@ def _add_section_routes(app: FastAPI) -> None:
 
 
 def _add_section_route(app: FastAPI, s: sections.Section) -> None:
+    """A POST takes the request model as its JSON body; a GET, the section's `params` (a
+    dependency whose parameters are the route's path and query parameters)."""
     fn = compute.adapter(s)
-    if s.method == "POST":
-        def endpoint(req):
-            return fn(req)
+    given = Body() if s.method == "POST" else Depends(s.params or (lambda: s.request()))
 
-        endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                               annotation=Annotated[s.request, Body()])], return_annotation=s.answer)
-        route = app.post
-    else:
-        params = s.params or (lambda: s.request())
+    def endpoint(req):
+        return fn(req)
 
-        def endpoint(req):
-            return fn(req)
-
-        endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                               annotation=Annotated[s.request, Depends(params)])],
-            return_annotation=s.answer)
-        route = app.get
-    endpoint.__name__ = s.name
-    route(s.path, tags=[s.tag], summary=s.summary, name=s.name,
-          responses=error_responses(*s.responses) if s.responses else None)(endpoint)
+    endpoint.__name__ = s.name  # the OpenAPI operationId's stem, as when it was hand-written
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                           annotation=Annotated[s.request, given])], return_annotation=s.answer)
+    app.api_route(s.path, methods=[s.method], tags=[s.tag], summary=s.summary, name=s.name,
+                  responses=error_responses(*s.responses) if s.responses else None)(endpoint)
 
 
 def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:
