@@ -51,7 +51,8 @@ class Section:
     for an export grid ("standard", "small"); None: a static copy has no answers (the page
     computes them itself, as the norms calculator does). `params` is a GET route's
     parameters, as a FastAPI dependency that returns the request; a POST takes the request
-    model as its JSON body."""
+    model as its JSON body. `script` is the section's own JS module (a file under static/,
+    defining `DL.figures[name]`), for a section that is not one of index.html's."""
 
     name: str
     method: Literal["GET", "POST"]
