@@ -115,7 +115,8 @@ def request_key(req: BaseModel | dict) -> str:
     """A request's key in a static copy: the JSON of its fields (defaults included) sorted
     by name, without spaces, each number as JavaScript's String(number) writes it, strings
     as JSON.stringify writes them (UTF-8, not \\u-escaped). api.js's DL.sectionKey is the
-    same function of the request with the section's defaults filled in."""
+    same function of the request with the section's defaults filled in. (Field names are
+    identifiers, so Python's sort and JavaScript's agree.)"""
     fields = req.model_dump(mode="json") if isinstance(req, BaseModel) else req
     return _canonical(dict(fields))
 
