@@ -138,7 +138,8 @@ def test_static_export_from_file(tmp_path, browser, runs):
         key = page.evaluate("([req, d]) => DL.sectionKey(req, d)", [
             {"mode": "gradient", "n": 8, "g": 1.0, **switches}, data["meta"]["sections"][0]["defaults"]])
         assert key == request_key(SimulateRequest(mode="gradient", n=8, g=1.0, **switches))
-        return data["sections"]["simulate"][key]["improved"]["ratio"]
+        row = data["sections"]["simulate"][key]["improved"]
+        return (data["shared"][row["$shared"]] if "$shared" in row else row)["ratio"]
 
     assert data["meta"]["sections"][0]["name"] == "simulate"
     want = improved(residual="plain", norm="none")
