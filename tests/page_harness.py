@@ -71,7 +71,6 @@ POST_JSON = """(path, body) => fetch('api/meta').then((r) => r.json()).then((m) 
 CHECK_STATE = r"""
 async ([patch, wantFrom]) => {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-  const switchKey = (s) => s.residual + "|" + s.norm;
   DL.state.set(patch);
   const st = DL.state.get();
   const req = {mode: st.mode, n: st.n, g: st.g, residual: st.residual, norm: st.norm};
@@ -81,11 +80,15 @@ async ([patch, wantFrom]) => {
     want = {sim: await post("api/simulate", req)};
     if (st.mode === "gradient") want.sweep = await post("api/sweep", {n: st.n, residual: st.residual, norm: st.norm});
   } else {
+    // the stored answer (export.py: sections[name][key], repeated values in `shared`)
     const d = JSON.parse(document.getElementById("depthlab-data").textContent);
-    const key = st.n + "|" + st.g.toFixed(2);
-    want = {sim: {naive: d.naive[st.mode][key], improved: d.improved[st.mode][key + "|" + switchKey(st)]},
-            sweep: d.sweep[st.n + "|" + switchKey(st)]};
-    if (!want.sim.naive || !want.sim.improved) return ["state " + key + " is not in the static copy"];
+    const look = (name, r) => {
+      const a = d.sections[name][DL.sectionKey(r, d.meta.sections.find((s) => s.name === name).defaults)];
+      return a && Object.fromEntries(Object.entries(a).map(([k, v]) =>
+        [k, v && typeof v === "object" && "$shared" in v ? d.shared[v.$shared] : v]));
+    };
+    want = {sim: look("simulate", req), sweep: look("sweep", {n: st.n, residual: st.residual, norm: st.norm})};
+    if (!want.sim) return ["state " + JSON.stringify(req) + " is not in the static copy"];
   }
   const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
   const range = (a, b) => Array.from({length: b - a + 1}, (_, i) => a + i);

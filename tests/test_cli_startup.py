@@ -141,7 +141,7 @@ TORCH_FREE = [
     "depthlab.probes.simulator_bounds", "depthlab.probes.jsonsafe",
     "depthlab.web", "depthlab.web.app", "depthlab.web.compute", "depthlab.web.export",
     "depthlab.web.guard", "depthlab.web.lesson", "depthlab.web.runs", "depthlab.web.schemas",
-    "depthlab.web.server", "depthlab.web.messages",
+    "depthlab.web.sections", "depthlab.web.server", "depthlab.web.messages",
 ]
 IMPORT_EACH = """
 import importlib, json, sys

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from page_harness import BROWSER_MARKS
 
-from depthlab.web import compute, export
+from depthlab.web import compute, export, sections
 from depthlab.web.schemas import NormsRequest, PathsRequest
 
 pytestmark = BROWSER_MARKS
@@ -65,9 +65,10 @@ def same(js, py, where: str = "") -> list[str]:
 @pytest.fixture(scope="module")
 def scratch(browser):
     """api.js alone in a page, with a static copy's embedded paths grid."""
-    grid = export.paths_grid()
-    data = export._round({"paths": grid, "paths_grid": {"n": list(export.PATHS_GRID["n"]),
-                                                       "a": [float(a) for a in export.PATHS_GRID["a"]]}})
+    answers, grid = export.section_answers(sections.section("paths"))
+    stored, shared = export.share(export._round({"paths": answers}))
+    listing = [dict(e, grid=grid) for e in sections.listing() if e["name"] == "paths"]
+    data = {"meta": {"sections": listing}, "sections": stored, "shared": shared}
     page = browser.new_page()
     blob = json.dumps(data).replace("</", "<\\/")
     page.set_content(f'<!doctype html><title>arith</title><script type="application/json" '
@@ -101,7 +102,7 @@ def test_a_static_copy_answers_with_the_servers_texts(scratch):
         for a in export.PATHS_GRID["a"]:
             nudged = [n + 0.4 if n > 1 else n, float(a) + 0.01]
             got = scratch.evaluate("""async ([n, a]) => { const s = DL.makeSource();
-                const [sn, sa] = s.snapPaths(n, a); return [sn, sa, await s.paths({n: sn, a: sa})]; }""", nudged)
+                const r = s.snap("paths", {n, a}); return [r.n, r.a, await s.section("paths", r)]; }""", nudged)
             assert got[:2] == [n, float(a)]
             assert texts(got[2]) == texts(compute.paths(PathsRequest(n=n, a=float(a)))), (n, a)
 

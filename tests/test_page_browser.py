@@ -118,6 +118,8 @@ def test_dragging_never_queues(live, browser):
 
 def test_static_export_from_file(tmp_path, browser, runs):
     from depthlab.web.export import export_page
+    from depthlab.web.schemas import SimulateRequest
+    from depthlab.web.sections import request_key
 
     path = export_page(tmp_path / "page", runs_dir=runs, grid="small")
     html = path.read_text()
@@ -132,13 +134,21 @@ def test_static_export_from_file(tmp_path, browser, runs):
     data = page.evaluate("() => JSON.parse(document.getElementById('depthlab-data').textContent)")
     from depthlab.locales import LANGS, table  # the copy carries every language's whole table
     assert data["locales"] == {lang: table(lang) for lang in LANGS} and data["meta"]["placements"]
-    want = data["improved"]["gradient"]["8|1.00|plain|none"]["ratio"]
+    def improved(**switches):  # the stored answer, by the key the page computes
+        key = page.evaluate("([req, d]) => DL.sectionKey(req, d)", [
+            {"mode": "gradient", "n": 8, "g": 1.0, **switches}, data["meta"]["sections"][0]["defaults"]])
+        assert key == request_key(SimulateRequest(mode="gradient", n=8, g=1.0, **switches))
+        row = data["sections"]["simulate"][key]["improved"]
+        return (data["shared"][row["$shared"]] if "$shared" in row else row)["ratio"]
+
+    assert data["meta"]["sections"][0]["name"] == "simulate"
+    want = improved(residual="plain", norm="none")
     assert float(page.get_attribute("#ro-improved", "data-ratio")) == pytest.approx(want)
     assert data["meta"]["simulator"]["residuals"] == [
         e for e in page.eval_on_selector_all("[name=sim-residual]", "els => els.map(e => e.value)")]
     page.click("#t-res-scaled")
     page.click("#t-norm")
-    want = data["improved"]["gradient"]["8|1.00|scaled|rmsnorm"]["ratio"]
+    want = improved(residual="scaled", norm="rmsnorm")
     page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {want}")
     page.click("#mode-collapse")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.distance !== undefined")

@@ -211,17 +211,17 @@ def test_lab_says_which_field_of_a_broken_export_is_wrong(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "exported_at must be a string" in err
 
 
-def test_export_page_logs_one_line_per_depth_without_carriage_returns(capsys):
-    from depthlab.web.export import simulator_grid
+def test_export_page_logs_one_line_per_section_without_carriage_returns(capsys, monkeypatch):
+    from depthlab.web import export, sections
 
-    grid = {"n": (2, 4), "g": (1.0,), "g_step": 0.5}
-    quiet = simulator_grid(grid, progress=False)
+    monkeypatch.setattr(sections, "GRIDS", {**sections.GRIDS, "tiny": {"n": (2, 4), "g": (1.0,), "g_step": 0.5}})
+    quiet = export.static_sections("tiny", progress=False)
     assert capsys.readouterr().err == ""
-    assert simulator_grid(grid, progress=True) == quiet
+    assert export.static_sections("tiny", progress=True) == quiet
     err = capsys.readouterr().err
     assert "\r" not in err
     lines = err.splitlines()
+    k = len(sections.SECTIONS)
     assert [line.split(", ")[0] for line in lines] == [
-        "export-page: precomputing the simulator: depth 1/2 (50%)",
-        "export-page: precomputing the simulator: depth 2/2 (100%)"]
-    assert "N = 4 done" in lines[1] and "ETA 0s" in lines[1]
+        f"export-page: precomputing the page's sections: section {i}/{k} ({100 * i / k:.0f}%)" for i in range(1, k + 1)]
+    assert "simulate done" in lines[0] and "ETA 0s" in lines[-1]

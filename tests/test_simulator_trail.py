@@ -131,13 +131,15 @@ def test_a_trail_of_one_write_has_two_states():
     assert js["len"] == pytest.approx([1.0, math.sqrt(5)], rel=1e-12) and js["wlen"] == [2.0]
 
 
-def test_the_static_export_carries_each_rows_trail_rounded_and_small():
-    from depthlab.web.export import simulator_grid
+def test_the_static_export_carries_each_rows_trail_rounded_and_small(monkeypatch):
+    from depthlab.web import export, sections
 
-    grid = simulator_grid({"n": (2,), "g": (1.0,)})
-    for mode in ("gradient", "collapse"):
-        rows = [grid["naive"][mode]["2|1.00"], *grid["improved"][mode].values()]
-        for row in rows:
+    monkeypatch.setitem(sections.GRIDS, "tiny", {"n": (2,), "g": (1.0,), "g_step": 1.0})
+    answers, _ = export.section_answers(sections.section("simulate"), "tiny")
+    answers = export._round(answers)  # as static_sections rounds them
+    assert len(answers) == 2 * len(sections.switches())  # both modes, every switch
+    for answer in answers.values():
+        for row in (answer["naive"], answer["improved"]):
             t = row["trail"]
             assert len(t["xy"]) == 2 * 3 and len(t["len"]) == 3 and len(t["wlen"]) == 2
             assert all(v == float(f"{v:.3g}") for v in t["xy"] + t["len"] + t["wlen"])

@@ -30,9 +30,9 @@ def test_registry_keys_are_the_spec_keys():
 
 
 def test_every_reader_lists_the_spec_keys():
-    from depthlab.web.export import switches  # the static copy's simulator settings
     from depthlab.web.lesson import page_facts
     from depthlab.web.schemas import SimulateRequest
+    from depthlab.web.sections import switches  # the static copy's simulator settings
 
     residuals = list(RESIDUAL_SPECS)
     assert list(config.RESIDUALS) == residuals and list(config.NORMS) == list(NORM_SPECS)

@@ -7,31 +7,31 @@ other site can frame it. POSTs must come from the page itself (`depthlab.web.gua
 same origin, JSON, the server's token) and no body may exceed 64 KiB. Bad input is a
 4xx whose `error` names the field, in the language the request asks for
 (`Accept-Language`, depthlab.web.messages) with its locale key in `code`, and
-/openapi.json gives the schema of every 4xx an endpoint can answer; the numbers
-come from `depthlab.web.compute`.
+/openapi.json gives the schema of every 4xx an endpoint can answer. The page
+sections' routes are made from their registry (`depthlab.web.sections`), each answered
+by its cached compute (`depthlab.web.compute`).
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Literal
 
-from fastapi import Body, FastAPI, Query, Request
+from fastapi import Body, Depends, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from depthlab import __version__
-from depthlab.config import PLACEMENTS
 from depthlab.errors import UserError
 from depthlab.locales import LANGS, table
-from depthlab.presets import PRESETS
-from depthlab.web import compute, lesson, realmodel
+from depthlab.web import compute, lesson, realmodel, sections
 from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
 from depthlab.web.messages import (
     RunError,
@@ -41,18 +41,7 @@ from depthlab.web.messages import (
     validation_body,
 )
 from depthlab.web.runs import NAME_RE, Runs
-from depthlab.web.schemas import (
-    AnatomyRequest,
-    CompositeRequest,
-    GrowthRequest,
-    NormsRequest,
-    PathsRequest,
-    RunRequest,
-    SimulateRequest,
-    SweepRequest,
-    document_server_errors,
-    error_responses,
-)
+from depthlab.web.schemas import RunRequest, document_server_errors, error_responses
 
 STATIC_DIR = Path(__file__).parent / "static"
 CSP = "default-src 'self'; frame-ancestors 'none'"
@@ -60,11 +49,7 @@ TOKEN_SCHEME = {"pageToken": {"type": "apiKey", "in": "header", "name": TOKEN_HE
                               "description": "this server's token, from GET /api/meta (write_token)"}}
 
 
-# The names a request may use, as enums in the schema (the registry and the shipped configs).
-PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]
-Placement = Literal[PLACEMENTS]  # type: ignore[valid-type]
 Lang = Literal[LANGS]  # type: ignore[valid-type]
-ModelName = Literal[tuple(dict.fromkeys(sum(compute.anatomy_names().values(), [])))]  # type: ignore[valid-type]
 
 ExperimentName = Annotated[str, PathParam(pattern=NAME_RE.pattern, examples=["residual"],
                                           description="an experiment, or any RUNS/NAME with export.json")]
@@ -81,8 +66,7 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     _add_middleware(app, allowed_hosts)
     _add_error_handlers(app)
     _add_page_routes(app, runs)
-    _add_probe_routes(app)
-    _add_model_routes(app)
+    _add_section_routes(app)
     _add_measurement_routes(app, runs)
 
     app.include_router(realmodel.router(runs.root, compute._LOCK))
@@ -174,8 +158,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _add_page_routes(app: FastAPI, runs: Runs) -> None:
     """The page itself, its static files, its facts (/api/meta) and its text tables."""
     @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+    def index() -> HTMLResponse:
+        return HTMLResponse(sections.page_html())  # index.html and the sections' own scripts
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -184,6 +168,7 @@ def _add_page_routes(app: FastAPI, runs: Runs) -> None:
     def meta() -> dict:
         # No CORS header is ever sent, so only a page of this origin can read write_token.
         return {"version": __version__, "mode": "live", **lesson.page_facts(),
+                "sections": sections.listing(),
                 "experiments": runs.names(), "runs_dir": str(runs.root),
                 "write_token": app.state.write_token, "token_header": TOKEN_HEADER}
 
@@ -193,58 +178,32 @@ def _add_page_routes(app: FastAPI, runs: Runs) -> None:
         return table(lang)
 
 
-def _add_probe_routes(app: FastAPI) -> None:
-    """The simulator and the exact arithmetic: POSTs, computed by depthlab.web.compute."""
-
-    @app.post("/api/simulate", tags=["simulator"],
-              summary="Naive (red) and improved (green) stack for one N, g and switches")
-    def simulate(req: Annotated[SimulateRequest, Body()]) -> dict:
-        return compute.simulate(req)
-
-    @app.post("/api/sweep", tags=["simulator"],
-              summary="Bottom/top gradient ratio over g in [0.5, 2.0], both rows")
-    def sweep(req: Annotated[SweepRequest, Body()]) -> dict:
-        return compute.sweep(req)
-
-    @app.post("/api/composite", tags=["simulator"],
-              summary="Composite gain of HC's and mHC's mixing matrices over depth")
-    def composite(req: Annotated[CompositeRequest, Body()]) -> dict:
-        return compute.composite(req)
-
-    @app.post("/api/paths", tags=["arithmetic"], summary="Residual path expansion (1 + a)^N")
-    def paths(req: Annotated[PathsRequest, Body()]) -> dict:
-        return compute.paths(req)
-
-    @app.post("/api/norms", tags=["arithmetic"], summary="LayerNorm vs RMSNorm on one vector")
-    def norms(req: Annotated[NormsRequest, Body()]) -> dict:
-        return compute.norms(req)
-
-    @app.post("/api/growth", tags=["simulator"], summary="Stream RMS after each write vs sqrt(1 + k)")
-    def growth(req: Annotated[GrowthRequest, Body()]) -> dict:
-        return compute.growth(req)
-
-
-def _add_model_routes(app: FastAPI) -> None:
-    """Facts read from configs: the block diagram, the anatomy, the evolution table."""
-
-    @app.get("/api/block", tags=["model"], summary="One block of a preset, for the diagram")
-    def block(preset: Annotated[PresetName, Query()] = "course",
-              placement: Annotated[Placement | None, Query()] = None) -> dict:
-        return lesson.block(preset, placement)
+def _add_section_routes(app: FastAPI) -> None:
+    """One route per registered page section (depthlab.web.sections), answered by its
+    cached compute; and the list of models the anatomy can describe."""
+    for s in sections.SECTIONS:
+        _add_section_route(app, s)
 
     @app.get("/api/anatomy", tags=["model"], summary="Models the anatomy can describe")
     def anatomy_names() -> dict:
         return compute.anatomy_names()
 
-    @app.get("/api/anatomy/{config}", tags=["model"],
-             summary="Shapes per stage and parameters per component of one model")
-    def anatomy(config: Annotated[ModelName, PathParam()],
-                tokens: Annotated[int, Query(ge=1, le=64)] = 5) -> dict:
-        return compute.anatomy(AnatomyRequest(config=config, tokens=tokens))
 
-    @app.get("/api/evolution", tags=["model"], summary="The evolution table, computed from configs")
-    def evolution() -> list[dict]:
-        return compute.evolution()
+def _add_section_route(app: FastAPI, s: sections.Section) -> None:
+    """A POST takes the request model as its JSON body; a GET, the section's `params` (a
+    dependency whose parameters are the route's path and query parameters)."""
+    fn = compute.adapter(s)
+    given = Body() if s.method == "POST" else Depends(s.params or (lambda: s.request()))
+
+    def endpoint(req):
+        return fn(req)
+
+    endpoint.__name__ = s.name  # the OpenAPI operationId's stem, as when it was hand-written
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                           annotation=Annotated[s.request, given])], return_annotation=s.answer)
+    app.api_route(s.path, methods=[s.method], tags=[s.tag], summary=s.summary, name=s.name,
+                  responses=error_responses(*s.responses) if s.responses else None)(endpoint)
 
 
 def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:

@@ -1,146 +1,134 @@
 """`depthlab export-page DIR`: one self-contained HTML file that opens from disk.
 
-The page's own scripts and styles are inlined, and its data are embedded as JSON:
-the simulator precomputed on a grid of slider positions (GRIDS), the sweeps over g,
-the anatomy, evolution table, growth, block diagrams and every experiment's
-export.json, and the real-model probes of the shipped prompts on one run
-(depthlab.web.realmodel.static_results), and the formula's exact arithmetic on a grid of N
-and a (PATHS_GRID). The same JavaScript reads that data instead of calling the API
-(static/js/api.js, `embedded`), with both languages' text tables (depthlab.locales).
-Floats are rounded to 4 significant digits; exact values travel as the server's text.
+The page's own scripts and styles are inlined, and its data are embedded as JSON: every
+registered page section's answers to the requests it names for a static copy
+(depthlab.web.sections: the simulator on a grid of slider positions, GRIDS; the sweeps
+over g; the formula's exact arithmetic on a grid of N and a, PATHS_GRID; growth,
+composite gain, block diagrams, anatomy, evolution table), stored as
+`sections[name][request_key(request)]`; every experiment's export.json; and the
+real-model probes of the shipped prompts on one run (depthlab.web.realmodel.static_results).
+The same JavaScript reads that data instead of calling the API (static/js/api.js,
+`embedded`), with both languages' text tables (depthlab.locales). Floats are rounded to
+4 significant digits; exact values travel as the server's text.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
 from depthlab import __version__
 from depthlab.atomic import atomic_write_text
-from depthlab.config import PLACEMENTS
 from depthlab.locales import LANGS, table
 from depthlab.outdir import writable_dir
-from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+from depthlab.presets import PRESETS
 from depthlab.progress import Progress
-from depthlab.web import compute, lesson, realmodel
+from depthlab.web import compute, lesson, realmodel, sections
 from depthlab.web.runs import Runs
-from depthlab.web.schemas import (
-    AnatomyRequest,
-    CompositeRequest,
-    GrowthRequest,
-    PathsRequest,
-    SimulateRequest,
-    SweepRequest,
-)
+from depthlab.web.sections import Section, request_key
 
 STATIC = Path(__file__).parent / "static"
-
-# The slider positions a static copy holds. "standard": N in 11 depths and g from 0.5 to
-# 2.0 in steps of 0.1 (16 values), every residual of the registry with and without the
-# input norm (switches()), both modes: about 1.6 MB (1,408 improved rows per mode) with the
-# four residuals of today; each row's trail (one token's first writes, rounded to 3 digits)
-# adds about 250 bytes, 1.4 MB at the eight residuals of today. The page snaps its sliders
-# to the grid.
-GRIDS = {
-    "standard": {"n": (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64),
-                 "g": tuple(round(0.5 + 0.1 * i, 2) for i in range(16)), "g_step": 0.1},
-    "small": {"n": (2, 8, 32, 64), "g": (0.5, 1.0, 1.5, 2.0), "g_step": 0.5},
-}
-ANATOMY = ("course", "lesson-anchor")
-# The formula's (N, a) a static copy holds, exact like the API's (the page moves its inputs
-# to the nearest). a is written as JavaScript writes the number (String(-0.5) = "-0.5"),
-# since the page looks an answer up by that key. About 0.5 MB.
-PATHS_GRID = {"n": (1, 2, 3, 4, 5, 8, 10, 16, 32, 64),
-              "a": ("-10", "-2", "-1.5", "-1", "-0.5", "-0.1", "0", "0.1", "0.5", "1", "2", "10")}
+GRIDS = sections.GRIDS  # the slider positions a static copy holds, per --grid
+PATHS_GRID = sections.PATHS_GRID
 
 
-def switches() -> list[dict]:
-    """Every value of the page's switches: each residual of the registry, each input norm."""
-    return [{"residual": r, "norm": n} for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)]
-
-
-def switch_key(sw: dict) -> str:
-    """The export's key of one setting, "residual|norm" (api.js builds the same)."""
-    return f"{sw['residual']}|{sw['norm']}"
+# Values the page only draws, at the 3 digits it shows: a simulator row's trail (one
+# token's first writes, 30 numbers in every row of the grid) is the one today.
+THREE_DIGITS = frozenset({"trail"})
 
 
 def _round(obj, digits: int = 4):
-    """4 significant digits for every float (keeps the file small; the page shows 3)."""
+    """4 significant digits for every float (keeps the file small; the page shows 3),
+    3 under a key of THREE_DIGITS."""
     if isinstance(obj, float):
         return float(f"{obj:.{digits}g}")
     if isinstance(obj, dict):
-        return {k: _round(v, digits) for k, v in obj.items()}
+        return {k: _round(v, 3 if k in THREE_DIGITS else digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_round(v, digits) for v in obj]
     return obj
 
 
-def _row(row: dict) -> dict:
-    """A simulator row with its trail (the head-to-tail picture) at the 3 digits the page
-    shows and draws: the trail is 30 numbers in every one of the grid's rows."""
-    return row | {"trail": _round(row["trail"], 3)} if "trail" in row else row
+def _snap_grid(requests: list) -> dict[str, list]:
+    """Each numeric field's values over a section's static requests: the page moves a
+    request onto them before it looks the answer up (api.js `snap`)."""
+    values: dict[str, set] = {}
+    for req in requests:
+        for name, v in req.model_dump().items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                values.setdefault(name, set()).add(v)
+    return {name: sorted(vs) for name, vs in values.items()}
 
 
-def simulator_grid(grid: dict, progress: bool = False) -> dict:
-    """The naive row per (mode, N, g), the improved row per (mode, N, g, switches) and the
-    sweep per (N, switches), each in the shape /api/simulate and /api/sweep send."""
-    naive: dict = {"gradient": {}, "collapse": {}}
-    improved: dict = {"gradient": {}, "collapse": {}}
-    sweeps: dict = {}
-    bar = Progress(len(grid["n"]), desc="export-page: precomputing the simulator", unit="depth",
-                   enabled=progress, each_item=True)
-    for i, n in enumerate(grid["n"]):
-        for sw in switches():
-            sweeps[f"{n}|{switch_key(sw)}"] = compute.sweep(SweepRequest(n=n, **sw))
-            for g, mode in itertools.product(grid["g"], ("gradient", "collapse")):
-                r = compute.simulate(SimulateRequest(mode=mode, n=n, g=g, **sw))
-                key = f"{n}|{g:.2f}"
-                naive[mode][key] = _row(r["naive"])
-                improved[mode][f"{key}|{switch_key(sw)}"] = _row(r["improved"])
-        bar.report(i + 1, depth=f"N = {n} done")
+def section_answers(section: Section, grid: str = "standard") -> tuple[dict, dict]:
+    """A section's static answers keyed by `request_key`, and its snap grid."""
+    requests = list(section.static(grid)) if section.static else []
+    fn = compute.adapter(section)
+    return {request_key(r): fn(r) for r in requests}, _snap_grid(requests)
+
+
+def share(answers: dict[str, dict]) -> tuple[dict[str, dict], list]:
+    """Store once what many answers repeat: an answer's top-level value (an object or an
+    array) that occurs in more than one answer becomes {"$shared": i}, i its place in the
+    returned list (the simulator's naive row is the same for every switch). api.js
+    `unshare` puts them back."""
+    def text(v) -> str:
+        return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+    counts: Counter = Counter(text(v) for per in answers.values() for a in per.values()
+                              if isinstance(a, dict) for v in a.values() if isinstance(v, (dict, list)))
+    shared: list = []
+    index: dict[str, int] = {}
+
+    def ref(v):
+        if not isinstance(v, (dict, list)) or counts[t := text(v)] < 2:
+            return v
+        if t not in index:
+            index[t] = len(shared)
+            shared.append(v)
+        return {"$shared": index[t]}
+
+    out = {name: {k: ({f: ref(v) for f, v in a.items()} if isinstance(a, dict) else a)
+                  for k, a in per.items()} for name, per in answers.items()}
+    return out, shared
+
+
+def static_sections(grid: str = "standard", progress: bool = False) -> tuple[list[dict], dict, list]:
+    """Every registered section's listing (with its snap grid), its answers (rounded,
+    repeats shared) and the shared values."""
+    listing = sections.listing()
+    answers: dict[str, dict] = {}
+    bar = Progress(len(sections.SECTIONS), desc="export-page: precomputing the page's sections",
+                   unit="section", enabled=progress, each_item=True)
+    for i, (entry, section) in enumerate(zip(listing, sections.SECTIONS, strict=True)):
+        answers[section.name], entry["grid"] = section_answers(section, grid)
+        bar.report(i + 1, section=f"{section.name} done")
     bar.close()
-    return {"naive": naive, "improved": improved, "sweep": sweeps}
-
-
-def paths_grid() -> dict:
-    """/api/paths's answers on PATHS_GRID, keyed "N|a"."""
-    return {f"{n}|{a}": compute.paths(PathsRequest(n=n, a=float(a)))
-            for n in PATHS_GRID["n"] for a in PATHS_GRID["a"]}
+    shared_answers, shared = share(_round(answers))
+    return listing, shared_answers, shared
 
 
 def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) -> dict:
     g = GRIDS[grid]
+    listing, answers, shared = static_sections(grid, progress)
     data = {"meta": {"version": __version__, "mode": "static",
                      "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                      "grid": {"n": list(g["n"]), "g": list(g["g"]), "g_step": g["g_step"]},
-                     **lesson.page_facts()},
-            "grid": {"n": list(g["n"]), "g": list(g["g"])},
-            "locales": {lang: table(lang) for lang in LANGS}}
-    data.update(simulator_grid(g, progress))
-    data["paths"] = paths_grid()
-    data["paths_grid"] = {"n": list(PATHS_GRID["n"]), "a": [float(a) for a in PATHS_GRID["a"]]}
-    data["meta"]["paths_grid"] = data["paths_grid"]
-    data["growth"] = compute.growth(GrowthRequest())
-    data["blocks"] = {}
-    for p in lesson.presets():
-        name = p["name"]
-        data["blocks"][name] = {"": lesson.block(name)}
-        if data["blocks"][name][""]["norm"] != "none":
-            for place in PLACEMENTS:
-                data["blocks"][name][place] = lesson.block(name, place)
-    data["anatomy"] = {n: compute.anatomy(AnatomyRequest(config=n)) for n in ANATOMY}
-    data["anatomy_configs"] = {"presets": ["course"], "configs": ["lesson-anchor"]}
-    data["evolution"] = compute.evolution()
+                     "paths_grid": {"n": list(PATHS_GRID["n"]), "a": [float(a) for a in PATHS_GRID["a"]]},
+                     **lesson.page_facts(), "sections": listing},
+            "locales": {lang: table(lang) for lang in LANGS},
+            "sections": answers, "shared": shared}
+    data["anatomy_configs"] = {"presets": [n for n in sections.ANATOMY if n in PRESETS],
+                               "configs": [n for n in sections.ANATOMY if n not in PRESETS]}
     runs = Runs(runs_dir)
     data["experiments"] = runs.summary()
     data["exports"] = {}
     for item in data["experiments"]:
         if item["has_data"]:
             data["exports"][item["name"]] = runs.export(item["name"])
-    data["composite"] = compute.composite(CompositeRequest())
     data["frontier"] = runs.frontier()  # without frontier.json: how to run the experiment
     data["realmodel"] = realmodel.static_results(Path(runs_dir), progress)
     return _round(data)
@@ -175,7 +163,7 @@ def export_page(out_dir: str | Path, *, runs_dir: Path = Path("runs"), grid: str
         raise ValueError(f"grid must be one of {', '.join(GRIDS)}")
     with writable_dir(out_dir, "DIR") as folder:  # checked before minutes of computing
         data = page_data(Path(runs_dir), grid, progress)
-        html = _inline((STATIC / "index.html").read_text(encoding="utf-8"), data)
+        html = _inline(sections.page_html(), data)
         path = folder / "index.html"
         atomic_write_text(path, html)
     return path

@@ -38,6 +38,9 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # JSON types as the schema says
 
 
+Request = _Request  # the base of a page section's request model (depthlab.web.sections)
+
+
 Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack"), AS_INTEGER]
 Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
@@ -115,6 +118,16 @@ class GrowthRequest(_Request):
 
 class RunRequest(_Request):
     budget: Literal[BUDGETS] = "quick"  # type: ignore[valid-type]
+
+
+class EmptyRequest(_Request):
+    """A section whose answer takes no input (the evolution table)."""
+
+
+class BlockRequest(_Request):
+    preset: str = Field("course", max_length=60, pattern=r"^[A-Za-z0-9_.-]+$",
+                        description="a preset name")
+    placement: str | None = Field(None, max_length=40, description="another norm placement")
 
 
 class AnatomyRequest(_Request):

@@ -1,6 +1,9 @@
 // Where the numbers come from. One interface, two sources:
 //   live:   fetch() to the local depthlab server (every answer cached here too);
 //   static: lookups into the data embedded in an exported page (no server at all).
+// A page section with server data is read through one call, section(name, req): live, a
+// request to the path /api/meta lists for it (depthlab/web/sections.py); static, the
+// answer stored under sections[name][DL.sectionKey(req)] by depthlab/web/export.py.
 // Plus latestOnly(): while a slider moves, at most one request is in flight and only
 // the newest state is sent when it returns, so dragging never queues.
 (function () {
@@ -8,8 +11,16 @@
   const DL = (window.DL = window.DL || {});
   DL.stats = { requests: 0, inFlight: 0, maxInFlight: 0 };
 
-  // The static export's key of one switch setting (depthlab/web/export.py switch_key).
-  const switchKey = (req) => req.residual + "|" + req.norm;
+  // A request's key in a static copy (depthlab/web/sections.py request_key): the JSON of its
+  // fields sorted by name, no spaces, numbers as String(number) writes them.
+  function canonical(v) {
+    if (v === null || typeof v !== "object") return typeof v === "number" ? String(v) : JSON.stringify(v);
+    if (Array.isArray(v)) return "[" + v.map(canonical).join(",") + "]";
+    return "{" + Object.keys(v).sort().filter((k) => v[k] !== undefined)
+      .map((k) => JSON.stringify(k) + ":" + canonical(v[k])).join(",") + "}";
+  }
+  // with the section's defaults (from meta) filled in, as the server fills them
+  DL.sectionKey = (req, defaults) => canonical(Object.assign({}, defaults || {}, req));
 
   function lru(limit) {
     const m = new Map();
@@ -76,25 +87,34 @@
     const get = (p) => call("GET", p);
     const post = (p, b) => call("POST", p, b);
     const fresh = (p) => request("GET", p);
+    let specs = null; // /api/meta's sections by name
+    const sections = () => {
+      specs = specs || get("api/meta").then((m) => Object.fromEntries(m.sections.map((s) => [s.name, s])))
+        .catch((e) => { specs = null; throw e; });
+      return specs;
+    };
+    // a GET's fields fill the {name}s of its path, the rest is the query string
+    function url(path, req) {
+      const q = new URLSearchParams();
+      const p = path.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(req[k]));
+      for (const [k, v] of Object.entries(req)) {
+        if (v !== null && v !== undefined && !path.includes("{" + k + "}")) q.set(k, String(v));
+      }
+      const qs = q.toString();
+      return p.replace(/^\//, "") + (qs ? "?" + qs : "");
+    }
     return {
       kind: "live",
       meta: () => get("api/meta"),
       locale: (lang) => get("api/locale/" + encodeURIComponent(lang)),
-      snap: (st) => st,
-      simulate: (req) => post("api/simulate", req),
-      sweep: (req) => post("api/sweep", req),
-      snapPaths: (n, a) => [n, a],
-      paths: (req) => post("api/paths", req),
-      norms: (req) => post("api/norms", req),
-      growth: (req) => post("api/growth", req),
-      composite: (req) => post("api/composite", req),
+      snap: (name, req) => req,
+      async section(name, req) {
+        const s = (await sections())[name];
+        if (!s) throw new Error("no page section " + name);
+        return s.method === "GET" ? get(url(s.path, req || {})) : post(s.path.replace(/^\//, ""), req || {});
+      },
       frontier: () => fresh("api/frontier"),
-      block: (preset, placement) =>
-        get("api/block?preset=" + encodeURIComponent(preset) +
-            (placement ? "&placement=" + encodeURIComponent(placement) : "")),
-      anatomy: (name) => get("api/anatomy/" + encodeURIComponent(name)),
       anatomyConfigs: () => get("api/anatomy"),
-      evolution: () => get("api/evolution"),
       experiments: () => fresh("api/experiments"),
       experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
       status: (name) => fresh("api/experiments/" + encodeURIComponent(name) + "/status"),
@@ -112,34 +132,34 @@
       if (v === undefined) return Promise.reject(new Error(what + " is not in this static copy"));
       return Promise.resolve(v);
     };
-    const grid = data.grid;
+    const specs = Object.fromEntries(((data.meta || {}).sections || []).map((s) => [s.name, s]));
+    const shared = data.shared || [];
+    // an answer's values that the export stored once for many answers (export.py share)
+    const unshare = (a) => (a && typeof a === "object" && !Array.isArray(a)
+      ? Object.fromEntries(Object.entries(a).map(([k, v]) =>
+        [k, v && typeof v === "object" && "$shared" in v ? shared[v.$shared] : v]))
+      : a);
+    // sections a static copy computes in the page itself (a typed vector cannot be precomputed)
+    const here = { norms: (req) => DL.arith.norms(req.x, req.eps) };
     return {
       kind: "static",
       meta: () => Promise.resolve(data.meta),
       locale: (lang) => need((data.locales || {})[lang], "the " + lang + " text"),
-      // The embedded grid holds only some N and g: move the state onto it.
-      snap: (st) => Object.assign({}, st, { n: nearest(grid.n, st.n), g: nearest(grid.g, st.g) }),
-      // The rows as /api/simulate sends them; the request holds the fields the page reads.
-      simulate(req) {
-        const ng = req.n + "|" + req.g.toFixed(2);
-        const naive = data.naive[req.mode][ng];
-        const improved = data.improved[req.mode][ng + "|" + switchKey(req)];
-        if (!naive || !improved) return need(undefined, "N=" + req.n + ", g=" + req.g + ", " + switchKey(req));
-        const request = { depth: req.n, gain: req.g, residual: req.residual, norm: req.norm };
-        return Promise.resolve({ kind: req.mode, request, naive, improved });
+      // A copy holds each section's answers on a grid (meta's sections[].grid: the values of
+      // each numeric field): move a request's numbers onto it.
+      snap(name, req) {
+        const grid = (specs[name] || {}).grid || {};
+        const out = Object.assign({}, req);
+        for (const [k, xs] of Object.entries(grid)) if (typeof out[k] === "number" && xs.length) out[k] = nearest(xs, out[k]);
+        return out;
       },
-      sweep: (req) => need(data.sweep[req.n + "|" + switchKey(req)], "the sweep at N=" + req.n),
-      // the formula's exact arithmetic on the copy's grid of N and a (export.py PATHS_GRID)
-      snapPaths: (n, a) => [nearest(data.paths_grid.n, n), nearest(data.paths_grid.a, a)],
-      paths: (req) => need(data.paths[req.n + "|" + req.a], "N = " + req.n + ", a = " + req.a),
-      norms: (req) => Promise.resolve(DL.arith.norms(req.x, req.eps)),
-      growth: () => need(data.growth, "the growth probe"),
-      composite: () => need(data.composite, "the composite gain"),
+      section(name, req) {
+        if (here[name]) return Promise.resolve(here[name](req));
+        const key = DL.sectionKey(req || {}, (specs[name] || {}).defaults);
+        return need(unshare(((data.sections || {})[name] || {})[key]), name + " " + key);
+      },
       frontier: () => need(data.frontier, "the residual-frontier data"),
-      block: (preset, placement) => need((data.blocks[preset] || {})[placement || ""], "this block"),
-      anatomy: (name) => need((data.anatomy || {})[name], "the anatomy of " + name),
       anatomyConfigs: () => need(data.anatomy_configs, "the anatomy list"),
-      evolution: () => need(data.evolution, "the evolution table"),
       experiments: () => Promise.resolve(data.experiments || []),
       experiment: (name) => need((data.exports || {})[name], "experiment " + name),
       status: () => Promise.reject(new Error("static copy")),

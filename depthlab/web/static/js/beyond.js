@@ -274,7 +274,7 @@
     }
     Promise.all([
       source.meta().then((m) => { spec = m.simulator; }),
-      source.composite({}).then((r) => { composite = r; }),
+      source.section("composite", {}).then((r) => { composite = r; }),
       source.frontier().then((r) => {
         frontier = r.has_data ? r.frontier : null;
         command = r.command;

@@ -104,7 +104,7 @@
     function load(name) {
       if (loaded === name) return render();
       loaded = name;
-      source.anatomy(name).then((a) => { anatomy = a; render(); })
+      source.section("anatomy", { config: name }).then((a) => { anatomy = a; render(); })
         .catch((e) => { $("flow-detail").textContent = DL.t("err.paren", { what: DL.t("flow.missing"), message: e.message }); showError(e); });
     }
 
@@ -190,11 +190,11 @@
       update(st) {
         limits.then(() => {
           // within the server's bounds, and on a static copy's grid of N and a
-          const [n, a] = source.snapPaths(clamp(st.pn, bounds.n), clamp(st.pa, bounds.a));
+          const { n, a } = source.snap("paths", { n: clamp(st.pn, bounds.n), a: clamp(st.pa, bounds.a) });
           if (n !== st.pn || a !== st.pa) return DL.state.set({ pn: n, pa: a });
           if (+pn.value !== n) pn.value = n;
           if (+pa.value !== a) pa.value = a;
-          return Promise.all([source.paths({ n: 2, a }), source.paths({ n, a })]).then(([ex, r]) => draw(ex, r));
+          return Promise.all([source.section("paths", { n: 2, a }), source.section("paths", { n, a })]).then(([ex, r]) => draw(ex, r));
         }).catch(showError);
       },
       relabel: () => { gridNote(); if (last) draw(...last); },
@@ -218,7 +218,7 @@
         DL.t("g.over", { s: int(r.request.samples), w: r.request.width, seed: r.request.seed }); // what "measured" averages
       $("reading-growth").textContent = DL.t("read.growth", { k, m: fmt(r.measured_rms[k]), e: fmt(r.expected[k]) });
     }
-    source.growth({ writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
+    source.section("growth", { writes: 128 }).then((x) => { r = x; draw(); }).catch(showError);
     return { update() {}, relabel: () => { chart.relabel(); if (r) draw(); } };
   };
 
@@ -370,7 +370,7 @@
           if (presetSel.value !== st.preset && [...presetSel.options].some((o) => o.value === st.preset)) presetSel.value = st.preset;
           const place = placements.includes(st.place) ? st.place : ""; // a placement /api/meta does not list: the preset's own
           placeSel.value = place;
-          return source.block(st.preset, place).then(draw);
+          return source.section("block", { preset: st.preset, placement: place || null }).then(draw);
         }).catch(showError);
       },
       relabel: () => last && draw(last),
@@ -386,7 +386,7 @@
     input.addEventListener("input", () => DL.state.set({ vec: input.value }));
     document.querySelectorAll("[data-vec]").forEach((b) =>
       b.addEventListener("click", () => DL.state.set({ vec: b.dataset.vec })));
-    const send = DL.latestOnly((x) => source.norms({ x, eps: 1e-5 }), draw, (e) => {
+    const send = DL.latestOnly((x) => source.section("norms", { x, eps: 1e-5 }), draw, (e) => {
       $("norms-out").textContent = DL.t("err.with", { what: DL.t("err"), message: e.message });
     });
 
@@ -467,7 +467,7 @@
       box.textContent = "";
       box.append(table(head, body, "evo"));
     }
-    source.evolution().then((r) => { rows = r; draw(); })
+    source.section("evolution", {}).then((r) => { rows = r; draw(); })
       .catch((e) => { $("evolution-table").textContent = DL.t("e.missing"); showError(e); });
     return { update() {}, relabel: () => rows && draw() };
   };

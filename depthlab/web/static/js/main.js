@@ -33,6 +33,8 @@
   // Built one per task after the simulator (below): one long start-up task would freeze the page.
   const figures = {};
   const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel", "beyond"];
+  // and the figure of each section with a JS module of its own (depthlab/web/sections.py `script`)
+  LATER.push(...Object.keys(DL.figures).filter((name) => name !== "simulator" && !LATER.includes(name)));
   // Which figures a changed state key concerns.
   const ROUTES = {
     mode: ["sim"], n: ["sim"], g: ["sim"], residual: ["sim"], norm: ["sim"],
@@ -61,7 +63,7 @@
     }
     const touched = new Set(Object.keys(patch).flatMap((k) => ROUTES[k] || []));
     if (touched.has("sim")) {
-      const snapped = source.snap(s);
+      const snapped = source.snap("simulate", s);
       if (snapped.n !== s.n || snapped.g !== s.g) return DL.state.set({ n: snapped.n, g: snapped.g });
       controls(s);
       sim.update(s);

@@ -249,8 +249,8 @@
       status.textContent = DL.t("err.with", { what: DL.t("err"), message: e.message });
       showError(e);
     };
-    const sendSim = DL.latestOnly((req) => source.simulate(req), drawSim, err);
-    const sendSweep = DL.latestOnly((req) => source.sweep(req), drawSweep, err);
+    const sendSim = DL.latestOnly((req) => source.section("simulate", req), drawSim, err);
+    const sendSweep = DL.latestOnly((req) => source.section("sweep", req), drawSweep, err);
 
     return {
       update(st) {

@@ -1,0 +1,162 @@
+"""The page-section registry (depthlab/web/sections.py): a section that exists only in this
+test (its request model, its compute, its registry entry; its JS module in a copy of the
+page's files) gets a route, an OpenAPI entry, an /api/meta listing, a static-export entry
+and its script in the page; the registry's built-in
+sections are the routes the page uses; the canonical request key writes numbers as
+JavaScript does (tests/test_page_sections.py runs api.js's key on the same requests)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import Field
+
+from depthlab.web import compute, export, sections
+from depthlab.web.app import create_app
+from depthlab.web.schemas import Request
+from depthlab.web.sections import Section, js_number, request_key
+
+
+class EchoRequest(Request):
+    k: int = Field(..., ge=1, le=9, description="how many")
+    x: float = Field(0.5, ge=-1.0, le=1.0)
+    label: str = "ü \"q\""
+
+
+def echo(req: EchoRequest) -> dict:
+    """A made-up section's compute: an exact function of its request."""
+    return {"k": req.k, "kx": req.k * req.x, "label": req.label, "list": [1, 2, 3]}
+
+
+ECHO = Section("echo", "POST", "/api/echo", EchoRequest, echo, "test", "A section of this test only",
+               lru=8, static=lambda grid: [EchoRequest(k=1), EchoRequest(k=2, x=0.25)],
+               script="js/echo.js")
+# Its JS module: a figure that draws its box from the section's answer, live or static.
+ECHO_JS = """(function () {
+  "use strict";
+  const DL = (window.DL = window.DL || {});
+  DL.figures = DL.figures || {};
+  DL.figures.echo = function (source, showError) {
+    const box = DL.h("section", { id: "echo" });
+    document.querySelector("main").append(box);
+    return {
+      update() {
+        source.section("echo", { k: 2, x: 0.25 }).then((r) => { box.textContent = String(r.kx); }).catch(showError);
+      },
+      relabel() {},
+    };
+  };
+})();
+"""
+
+
+@pytest.fixture()
+def with_echo(monkeypatch, tmp_path_factory):
+    """The test's section registered, its module beside a copy of the page's static files."""
+    import shutil
+
+    from depthlab.web import app
+
+    static = tmp_path_factory.mktemp("page") / "static"
+    shutil.copytree(sections.STATIC, static)
+    (static / ECHO.script).write_text(ECHO_JS, encoding="utf-8")
+    for module in (sections, export):
+        monkeypatch.setattr(module, "STATIC", static)
+    monkeypatch.setattr(app, "STATIC_DIR", static)
+    monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS, ECHO])
+    return ECHO
+
+
+def client(runs_dir) -> TestClient:
+    c = TestClient(create_app(runs_dir, warm=False))
+    meta = c.get("/api/meta").json()
+    c.headers[meta["token_header"]] = meta["write_token"]
+    return c
+
+
+def test_a_section_of_one_entry_gets_route_schema_meta_and_cache(with_echo, tmp_path):
+    c = client(tmp_path)
+    r = c.post("/api/echo", json={"k": 3, "x": -0.5})
+    assert r.status_code == 200 and r.json() == echo(EchoRequest(k=3, x=-0.5))
+    bad = c.post("/api/echo", json={"k": 10})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "k"
+    assert c.post("/api/echo", json={"k": 1, "y": 0}).status_code == 422  # unknown fields refused
+    spec = c.get("/openapi.json").json()
+    op = spec["paths"]["/api/echo"]["post"]
+    assert op["tags"] == ["test"] and op["summary"] == "A section of this test only"
+    assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/EchoRequest")
+    assert spec["components"]["schemas"]["EchoRequest"]["properties"]["k"]["maximum"] == 9
+    assert {"403", "413", "415", "422"} <= set(op["responses"])  # the server's own 4xx, documented
+    listed = {s["name"]: s for s in c.get("/api/meta").json()["sections"]}
+    assert listed["echo"] == {"name": "echo", "method": "POST", "path": "/api/echo",
+                              "defaults": {"x": 0.5, "label": "ü \"q\""}}
+    page = c.get("/").text  # its module is loaded before main.js, which builds its figure
+    assert page.index('<script src="static/js/echo.js">') < page.index('<script src="static/js/main.js">')
+    assert c.get("/static/js/echo.js").text == ECHO_JS
+    cached = compute.adapter(ECHO)
+    hits = cached.cache_info().hits
+    c.post("/api/echo", json={"k": 3, "x": -0.5})
+    assert cached.cache_info().hits == hits + 1
+
+
+def test_a_section_of_one_entry_is_in_the_static_export(with_echo, monkeypatch, tmp_path):
+    # Only the made-up section and one built-in one, so that the export takes seconds.
+    monkeypatch.setattr(sections, "SECTIONS", [sections.section("growth"), ECHO])
+    html = export.export_page(tmp_path / "page", runs_dir=tmp_path / "runs", grid="small").read_text()
+    blob = re.search(r'<script type="application/json" id="depthlab-data">(.*?)</script>', html, re.S).group(1)
+    data = json.loads(blob.replace("<\\/", "</"))
+    assert ECHO_JS.replace("</script", "<\\/script") in html  # its module, inlined
+    listed = {s["name"]: s for s in data["meta"]["sections"]}
+    assert listed["echo"]["path"] == "/api/echo" and listed["echo"]["grid"] == {"k": [1, 2], "x": [0.25, 0.5]}
+    want = {'{"k":1,"label":"ü \\"q\\"","x":0.5}': echo(EchoRequest(k=1)),
+            '{"k":2,"label":"ü \\"q\\"","x":0.25}': echo(EchoRequest(k=2, x=0.25))}
+    assert {k: v["kx"] for k, v in data["sections"]["echo"].items()} == {k: v["kx"] for k, v in want.items()}
+    # the list both answers repeat is stored once
+    for key, answer in data["sections"]["echo"].items():
+        assert data["shared"][answer["list"]["$shared"]] == want[key]["list"]
+    assert list(data["sections"]["growth"]) == ['{"writes":128}']
+
+
+def test_the_built_in_sections_are_the_pages_routes():
+    """The registry holds the routes the page uses, and each answers through its cache."""
+    routes = {(s.method, s.path) for s in sections.SECTIONS}
+    assert routes == {("POST", "/api/simulate"), ("POST", "/api/sweep"), ("POST", "/api/composite"),
+                      ("POST", "/api/paths"), ("POST", "/api/norms"), ("POST", "/api/growth"),
+                      ("GET", "/api/block"), ("GET", "/api/anatomy/{config}"), ("GET", "/api/evolution")}
+    assert compute.simulate is compute.adapter(sections.section("simulate"))
+    with pytest.raises(KeyError, match="no page section 'nope'"):
+        sections.section("nope")
+
+
+def test_a_static_answer_is_the_live_answer():
+    """A stored simulator answer is /api/simulate's answer to the same request, rounded."""
+    from depthlab.web.schemas import SimulateRequest
+
+    answers, grid = export.section_answers(sections.section("sweep"), "small")
+    assert grid == {"n": [2, 8, 32, 64]}
+    req = SimulateRequest(mode="collapse", n=8, g=1.5, residual="scaled", norm="rmsnorm")
+    assert request_key(req) == ('{"g":1.5,"mode":"collapse","n":8,"norm":"rmsnorm",'
+                                '"residual":"scaled"}')
+    stored, shared = export.share(export._round({"simulate": {request_key(req): compute.simulate(req)}}))
+    assert stored["simulate"][request_key(req)] == export._round(compute.simulate(req)) and shared == []
+
+
+@pytest.mark.parametrize(("x", "text"), [
+    (1.0, "1"), (-0.5, "-0.5"), (0.1, "0.1"), (-0.0, "0"), (100.0, "100"), (1e21, "1e+21"),
+    (1e20, "100000000000000000000"), (123456789012345680000.0, "123456789012345680000"),
+    (1e-6, "0.000001"), (1e-7, "1e-7"), (1.5e-7, "1.5e-7"), (2.5e-5, "0.000025"),
+    (5e-324, "5e-324"), (1.7976931348623157e308, "1.7976931348623157e+308"),
+    (0.1 + 0.2, "0.30000000000000004"), (1 / 3, "0.3333333333333333"), (7, "7"), (-12, "-12"),
+])
+def test_numbers_are_written_as_javascript_writes_them(x, text):
+    assert js_number(x) == text
+
+
+def test_the_key_sorts_fields_and_refuses_what_json_cannot_hold():
+    assert request_key({"b": [1.0, None, True], "a": "x\n"}) == '{"a":"x\\n","b":[1,null,true]}'
+    with pytest.raises(ValueError):
+        js_number(math.inf)
