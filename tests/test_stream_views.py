@@ -109,6 +109,9 @@ def test_a_planar_path_keeps_its_steps_and_all_its_variance():
     want = (states[1:, 2] - states[:-1, 2]).norm(dim=-1)
     assert torch.allclose(steps, want, atol=2e-4)  # coordinates rounded to 4 decimals
     assert p["longest"] == int(want.argmax()) + 1
+    # the embedding's arrow starts at the zero vector: its length is the embedding's norm
+    first = math.dist(p["origin"], (p["x"][0], p["y"][0]))
+    assert first == pytest.approx(float(states[0, 2].norm()), abs=2e-4)
     assert p["fit_first_token"] is False
 
 

@@ -114,10 +114,14 @@ def stream_path(states: torch.Tensor, position: int) -> dict[str, Any]:
     xy = (states[:, position].double() - mean) @ vh[:2].T  # [S, 2]
     if xy.shape[1] < 2:  # a one-dimensional stream: the second axis is 0
         xy = torch.cat([xy, torch.zeros_like(xy)], dim=1)
+    origin = -mean @ vh[:2].T  # the zero vector: where the embedding's arrow starts
+    if origin.shape[0] < 2:
+        origin = torch.cat([origin, torch.zeros_like(origin)])
     share = [float(v) / total if total > 0 else 0.0 for v in var[:2]]
     step = (xy[1:] - xy[:-1]).norm(dim=-1)
     return {"position": position, "fit_first_token": use_first,
             "x": [round(float(v), 4) for v in xy[:, 0]], "y": [round(float(v), 4) for v in xy[:, 1]],
+            "origin": [round(float(v), 4) for v in origin],
             "variance": [round(v, 4) for v in share], "variance_2d": sum(share),
             "longest": int(step.argmax()) + 1 if len(step) else 0}
 
