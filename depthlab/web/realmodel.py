@@ -242,7 +242,8 @@ def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
     if d["available"]:
         top = d["top"][0]
         text = (g.get("text") or {}).get(str(d["target_id"]))
-        out["dla"] = texts("rm.read.dla_embed" if top["k"] == 0 else "rm.read.dla", n=len(d["terms"]) - 1, sum=f"{d['sum']:.4f}",
+        key = "rm.read.dla_embed" if top["k"] == 0 else "rm.read.dla"
+        out["dla"] = texts(key, n=len(d["terms"]) - 1, sum=f"{d['sum']:.4f}",
                            target=repr(text) if text is not None else f"id {d['target_id']}",
                            logit=f"{d['logit']:.4f}", gap=f"{d['gap']:.1e}", top=top["term"],
                            value=f"{top['value']:+.2f}", share=f"{top['value'] / d['logit']:.0%}"
