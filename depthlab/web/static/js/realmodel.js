@@ -108,7 +108,7 @@
     let result = null;
     let want = null; // the request on screen (or on its way)
     let ticker = null;
-    DL.realmodel = { result: () => result, request: () => want, busy: false };
+    DL.realmodel = { result: () => result, request: () => want, busy: false, views: () => DL.rmViews.drawn() };
 
     const fail = (msg) => {
       errBox.textContent = msg ? DL.t("err.with", { what: DL.t("err"), message: msg }) : "";
@@ -247,6 +247,8 @@
             h("code", {}, q(lens.top ? lens.top[lens.top.length - 1] : lens.top_id[lens.top_id.length - 1])),
             " · " + DL.t("rm.lens.pos", { pos: r.n_tokens - 1 })));
         }
+        // the stream as a sum of writes: its path, the writes' shares, the lens grid, the maps
+        if (DL.rmViews[name]) DL.rmViews[name](sec, r, body.clientWidth);
         const grid = h("div", { class: "pcharts" });
         sec.append(grid);
         body.append(sec);
