@@ -209,6 +209,7 @@
       const r = result.result;
       const q = result.questions;
       body.textContent = "";
+      DL.rmViews.reset();
       const shown = (s) => JSON.stringify(s).slice(1, -1); // a newline as \n, not a break
       // the prompt as text: one piece per character run (a character the byte-level
       // tokenizer split is shown once), each numbered by its first token

@@ -22,14 +22,19 @@
     const r = window.devicePixelRatio || 1;
     c.width = Math.round(w * r);
     c.height = Math.round(hgt * r);
-    c.style.width = w + "px";
-    c.style.height = hgt + "px";
+    c.style.width = w + "px"; // the height follows the aspect ratio (CSS height: auto)
     const ctx = c.getContext("2d");
     ctx.scale(r, r);
     return [c, ctx];
   }
   // inline style attributes are refused by the page's CSP; CSSOM properties are not
   const styled = (el, props) => { Object.assign(el.style, props); return el; };
+  // a pointer's place in the canvas's own units, also when CSS has shrunk it to fit
+  const local = (e, cv) => {
+    const rect = cv.getBoundingClientRect();
+    const k = parseFloat(cv.style.width) / (rect.width || 1);
+    return [(e.clientX - rect.left) * k, (e.clientY - rect.top) * k];
+  };
   const tipBox = () => h("p", { class: "readout rmv-tip", "aria-live": "polite" }, "\u00a0");
 
   function figure(title, ...kids) {
@@ -86,8 +91,7 @@
     ctx.fillText("0", X(p.origin[0]) + 5, Y(p.origin[1]) - 5);
     ctx.fillText(name(p.states[n - 1]), X(p.x[n - 1]) + 5, Y(p.y[n - 1]) - 5);
     cv.addEventListener("mousemove", (e) => {
-      const rect = cv.getBoundingClientRect();
-      const mx = e.clientX - rect.left, my = e.clientY - rect.top;
+      const [mx, my] = local(e, cv);
       let best = 0;
       for (let k = 1; k < n; k++) {
         if (Math.hypot(X(p.x[k]) - mx, Y(p.y[k]) - my) < Math.hypot(X(p.x[best]) - mx, Y(p.y[best]) - my)) best = k;
@@ -218,9 +222,9 @@
         ctx.fillText("0", gutter + cell / 2 - 3, 11); // the first key's column, where a sink shows
       }
       cv.addEventListener("mousemove", (e) => {
-        const rect = cv.getBoundingClientRect();
-        const k = Math.floor((e.clientX - rect.left - gutter) / cell);
-        const q = Math.floor((e.clientY - rect.top - (gutter ? 14 : 0)) / cell);
+        const [mx, my] = local(e, cv);
+        const k = Math.floor((mx - gutter) / cell);
+        const q = Math.floor((my - (gutter ? 14 : 0)) / cell);
         if (q < 0 || q >= T || k < 0 || k > q) { tip.textContent = "\u00a0"; return; }
         tip.textContent = DL.t("rm.maps.hover", { q: q + " " + JSON.stringify(labels[q]), k: k + " " + JSON.stringify(labels[k]),
           v: DL.fmt(a.maps[l][hd][q][k] / 1000, 3) });
@@ -241,5 +245,6 @@
     show(pick[0], pick[1]);
   }
 
-  DL.rmViews = { path, dla, grid, maps, drawn: () => views };
+  DL.rmViews = { path, dla, grid, maps, drawn: () => views,
+                 reset: () => Object.keys(views).forEach((k) => delete views[k]) };
 })();
