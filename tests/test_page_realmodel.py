@@ -266,6 +266,7 @@ def test_static_export_shows_the_shipped_prompts_of_one_run(runs, browser, tmp_p
     other = next(p for p in PROMPTS[1:] if readable[p["id"]])
     page.select_option("#rm-prompt", other["id"])
     page.wait_for_function(f"() => DL.realmodel.result() && DL.realmodel.result().prompt === {json.dumps(other['text'])}")
+    page.wait_for_function(REALMODEL_SETTLED)  # the sections are drawn one task each
     key = json.dumps([run, other["text"], other["target"]], ensure_ascii=False, separators=(",", ":"))
     assert check_section(page, rm["results"][key]) == []
     assert watch.errors == [] and page.evaluate("() => DL.errors") == []
