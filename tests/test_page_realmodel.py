@@ -46,7 +46,53 @@ def expected_charts(r: dict) -> dict[str, tuple[list, list]]:
         "rm-prob": (_range(0, n_states - 1), [lens["prob"]]),
         "rm-entropy": (_range(0, n_states - 1), [lens["entropy"], lens["entropy_cached_scale"]]),
         "rm-ablation": (_range(0, n_layers - 1), [r["ablation"]["delta_loss"]]),
+        **({"rm-dla": (_range(0, 2 * n_layers), [r["dla"]["contribution"]])} if r["dla"]["available"] else {}),
     }
+
+
+# What the stream's views drew (realmodel_views.js): pixels that are neither blank nor the
+# heatmap's near-white floor, the grid's cell texts, the map picked.
+VIEWS = """() => {
+  const v = DL.realmodel.views();
+  const ink = (c) => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && d[i] + d[i + 1] + d[i + 2] < 690) n++; return n; };
+  return {
+    path: v.path ? { points: v.path.points, ink: ink(v.path.canvas) } : null,
+    grid: v.grid ? [...v.grid.table.querySelectorAll('tbody tr')].map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent)) : null,
+    maps: v.maps ? { layer: v.maps.layer, head: v.maps.head, ink: ink(v.maps.canvas),
+      small: [...document.querySelectorAll('#rm-sec-maps .rmv-head canvas')].map(ink) } : null,
+  };
+}"""
+
+
+def _cut(text: str) -> str:
+    s = json.dumps(text, ensure_ascii=False)[1:-1]
+    return s if len(s) <= 9 else s[:8] + "…"
+
+
+def check_views(page, r: dict) -> list[str]:
+    """The stream's path, the lens grid and the attention maps drawn from the probe `r`."""
+    bad = []
+    v = page.evaluate(VIEWS)
+    if not v["path"] or v["path"]["points"] != len(r["path"]["x"]) or v["path"]["ink"] < 50:
+        bad.append(f"path: {v['path']}")
+    g = r["lens_grid"]
+    text = lambda i: g["text"][str(i)] if "text" in g else f"#{i}"
+    want = [[_cut(text(cell[0])) for cell in row] for row in g["top_id"]]
+    if v["grid"] != want:
+        bad.append("grid: does not hold the lens's top-1 tokens")
+    a, share = r["attention_maps"], r["attention"]["first_token_share"]
+    if a["maps"] is None:
+        if v["maps"] is not None or str(a["max_tokens"]) not in page.inner_text("#rm-sec-maps"):
+            bad.append("maps: a long prompt without its note")
+    else:
+        best = max(((i, j) for i in range(len(share)) for j in range(len(share[i]))), key=lambda ij: share[ij[0]][ij[1]])
+        m = v["maps"]
+        if not m or (m["layer"], m["head"]) != best or m["ink"] < 20:
+            bad.append(f"maps: {m and {k: m[k] for k in ('layer', 'head', 'ink')}} (want {best})")
+        elif len(m["small"]) != len(share[0]) or min(m["small"]) == 0:
+            bad.append(f"maps: small multiples {m['small']}")
+    return bad
 
 
 def check_section(page, body: dict, lang: str = "en") -> list[str]:
@@ -89,7 +135,7 @@ def check_section(page, body: dict, lang: str = "en") -> list[str]:
             bad.append(f"{name}: question")
         if sec.locator(".reading").inner_text() != body["readings"][name][lang]:
             bad.append(f"{name}: reading {sec.locator('.reading').inner_text()!r}")
-    return bad
+    return bad + check_views(page, r)
 
 
 def probe(runs: Path, run: str, prompt: str, target: str | None = None) -> dict:
@@ -220,6 +266,7 @@ def test_static_export_shows_the_shipped_prompts_of_one_run(runs, browser, tmp_p
     other = next(p for p in PROMPTS[1:] if readable[p["id"]])
     page.select_option("#rm-prompt", other["id"])
     page.wait_for_function(f"() => DL.realmodel.result() && DL.realmodel.result().prompt === {json.dumps(other['text'])}")
+    page.wait_for_function(REALMODEL_SETTLED)  # the sections are drawn one task each
     key = json.dumps([run, other["text"], other["target"]], ensure_ascii=False, separators=(",", ":"))
     assert check_section(page, rm["results"][key]) == []
     assert watch.errors == [] and page.evaluate("() => DL.errors") == []
@@ -351,6 +398,84 @@ def test_byte_level_tokens_read_as_text_and_the_zh_view_offers_a_chinese_run(tmp
         again.close()
         assert watch.errors == [] and page.evaluate("() => DL.errors") == []
         page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_stream_views_of_course_runs_with_and_without_attn_gate(tmp_path, browser):
+    """Two course-style runs, one with the attention output gate and grouped K/V heads:
+    the path, the writes' bars, the lens grid and every head's map draw in both languages
+    and at 390 px; hovering reads out a grid cell's top-5 and a map cell's weight, and a
+    small multiple picks its head."""
+    import torch
+
+    from depthlab import rundir
+    from depthlab.config import apply_overrides
+    from depthlab.model import Transformer
+    from depthlab.presets import get_preset
+    from depthlab.tokenizer import BPETokenizer
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    tok = BPETokenizer.train(" ".join(p["text"] for p in PROMPTS) * 5, 300)
+    for name, extra in (("plain", []), ("gated", ["model.attn_gate=true", "model.n_kv_heads=1"])):
+        cfg = apply_overrides(get_preset("tiny"), [f"model.vocab_size={tok.vocab_size}", *extra])
+        torch.manual_seed(1)
+        rundir.write_config(root / name, cfg)
+        rundir.save_weights(root / name, Transformer(cfg.model))
+        tok.save(root / name / rundir.TOKENIZER_FILE)
+    url, stop = serve(root)
+    try:
+        for width in (1400, 390):
+            page, watch = open_section(browser, url + "#lang=en&rrun=gated&rp=paris", width)
+            body = probe(root, "gated", PROMPTS[0]["text"], PROMPTS[0]["target"])
+            assert check_section(page, body) == [], width
+            r = body["result"]
+            assert r["attention_maps"]["kv_heads"] == 1
+            assert "grouped-query" in page.inner_text("#rm-sec-maps")
+            # the sum of the writes beside the model's logit, as the probe computed them
+            assert f"{r['dla']['sum']:.4f}" in page.inner_text("#rm-sec-dla .reading")
+            # hover: a grid cell's top-5, a map cell's weight
+            cell = page.locator("#rm-sec-grid td").last
+            cell.scroll_into_view_if_needed()
+            cell.hover()
+            g = r["lens_grid"]
+            first = json.dumps(g["text"][str(g["top_id"][-1][-1][0])], ensure_ascii=False)
+            tip = page.locator("#rm-sec-grid .rmv-tip")
+            assert tip.inner_text().startswith(f"block {len(g['states']) - 2}, token {r['n_tokens'] - 1}: {first}")
+            assert tip.inner_text().count(" · ") == 4
+            big = page.locator("#rm-sec-maps .rmv-map canvas")
+            big.scroll_into_view_if_needed()
+            box = big.bounding_box()
+            page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] - 2)  # the last query, last key
+            v = page.evaluate("() => DL.realmodel.views().maps")
+            weight = r["attention_maps"]["maps"][v["layer"]][v["head"]][-1][-1] / 1000
+            assert page.inner_text("#rm-sec-maps .rmv-tip").endswith(
+                page.evaluate("(x) => DL.fmt(x, 3)", weight))
+            # a small multiple picks its head
+            other = (v["head"] + 1) % r["attention_maps"]["maps"][0].__len__()
+            page.locator("#rm-sec-maps .rmv-head").nth(other).click()
+            assert page.evaluate("() => DL.realmodel.views().maps.head") == other
+            assert page.locator("#rm-sec-maps .rmv-head").nth(other).get_attribute("aria-pressed") == "true"
+            # the path's hover names a state
+            path = page.locator("#rm-sec-path canvas")
+            path.scroll_into_view_if_needed()
+            box = path.bounding_box()
+            page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            assert page.inner_text("#rm-sec-path .rmv-tip").startswith("state ")
+            # the other run, then the zh view
+            page.evaluate("() => DL.state.set({rrun: 'plain'})")
+            page.wait_for_function("() => DL.realmodel.result() && DL.realmodel.result().run === 'plain'")
+            page.wait_for_function(REALMODEL_SETTLED)
+            assert check_section(page, probe(root, "plain", PROMPTS[0]["text"], PROMPTS[0]["target"])) == []
+            page.click("#lang")
+            page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+            page.wait_for_function(REALMODEL_SETTLED, timeout=60000)
+            shown = page.evaluate("() => DL.realmodel.request()")
+            assert check_section(page, probe(root, "plain", shown["prompt"], shown["target"]), "zh") == []
+            assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+            page.close()
     finally:
         stop()
         shutil.rmtree(root, ignore_errors=True)

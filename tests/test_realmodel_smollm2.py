@@ -121,3 +121,26 @@ def test_the_zh_view_of_every_shipped_prompt_shows_no_replacement_character(ship
         assert "".join(piece["text"] for piece in r["token_pieces"]) == p["text"]
         if p["lang"] == "zh":  # most characters span two or three tokens
             assert sum(piece["stop"] - piece["start"] > 1 for piece in r["token_pieces"]) >= 5
+
+
+def test_the_embedding_and_all_60_writes_sum_to_the_paris_logit(paris):
+    """The final stream is the embedding plus every write: through the final norm's frozen
+    scale, their direct contributions add up to the model's own " Paris" logit."""
+    d = paris["dla"]
+    assert paris["lens"]["target"] == " Paris" and d["target_id"] == paris["lens"]["target_id"]
+    assert len(d["contribution"]) == 61 and d["terms"][0] == "embed" and d["bias"] == 0.0
+    assert abs(d["gap"]) <= d["tolerance"]  # float32 rounding of one dot product of 576 terms
+    assert d["tolerance"] < 1e-3 * abs(d["logit"])
+    # measured: the last block's FFN writes most of it (+7.0 of 17.4)
+    assert d["top"][0]["term"] == "29.mlp" and d["top"][0]["value"] > 0.25 * d["logit"]
+
+
+def test_the_lens_grid_and_the_maps_of_the_paris_prompt(paris):
+    g, a = paris["lens_grid"], paris["attention_maps"]
+    assert len(g["states"]) == 31 and len(g["top_id"][0]) == paris["n_tokens"]
+    assert g["text"][str(g["top_id"][-1][-1][0])] == " Paris"
+    assert a["kv_heads"] == 3 and len(a["maps"]) == 30 and len(a["maps"][0]) == 9
+    assert a["row_sum_error"] < 1e-5
+    # the sink, seen in the maps: most heads of the middle layers put most of the last query on token 0
+    last = [head[-1][0] for layer in a["maps"][5:25] for head in layer]
+    assert sum(v > 500 for v in last) > len(last) / 2

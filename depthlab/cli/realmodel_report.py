@@ -116,6 +116,51 @@ def _lens(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _text(r: dict[str, Any], i: int) -> str:
+    text = (r.get("lens_grid", {}).get("text") or {}).get(str(i))
+    return repr(text) if text is not None else f"id {i}"
+
+
+def _dla(r: dict[str, Any]) -> list[str]:
+    d = r["dla"]
+    if not d["available"]:
+        return ["", f"Direct contributions to the logit: not available ({d['reason']})."]
+    target = r["lens"].get("target", d["target_id"]) if d["target_id"] == r["lens"]["target_id"] \
+        else d["target_id"]
+    rows = [(k, name, f"{c:+.4f}") for k, (name, c) in enumerate(zip(d["terms"], d["contribution"],
+                                                                      strict=True))]
+    bias = f" + norm bias {d['bias']:+.4f}" if d["norm"] == "layer" else ""
+    return [
+        "", f"Direct contributions to the logit of {target!r} (id {d['target_id']}) at token "
+        f"{d['position']}: the embedding and {len(d['terms']) - 1} writes sum{bias} to "
+        f"{d['sum']:.6f}; the model's logit is {d['logit']:.6f} (gap {d['gap']:.2e}, float32 "
+        f"rounding bound {d['tolerance']:.1e}). Largest: "
+        + ", ".join(f"{t['term']} {t['value']:+.3f}" for t in d["top"]),
+        *table(["k", "term", "logit"], rows, left={1}),
+        *legend(("term", "the embedding, then each write (block.sublayer): what it changed "
+                         "the stream by"),
+                ("logit", "that change times the final norm's weight over the final "
+                          "state's RMS, dotted with the target's unembedding row")),
+        f"Path of token {r['path']['position']} on two principal components: they hold "
+        f"{r['path']['variance_2d']:.1%} of the variance; the longest step is write "
+        f"{r['path']['longest']} ({r['path']['states'][r['path']['longest']]}).",
+    ]
+
+
+def _grid(r: dict[str, Any]) -> list[str]:
+    g = r["lens_grid"]
+    tokens = r.get("tokens") or [str(i) for i in r["prompt_ids"]]
+    names = ["embed" if k == 0 else f"block {k // 2 - 1}" for k in g["states"]]
+    rows = [(name, *(f"{_text(r, cell[0][0])} {cell[1][0]:.2f}"
+                     for cell in zip(ids, probs, strict=True)))
+            for name, ids, probs in zip(names, g["top_id"], g["top_prob"], strict=True)]
+    return [
+        "", "Logit-lens grid: the top-1 token and its probability at every block output "
+        "(rows) and position (columns), final norm recomputed:",
+        *table(["state", *(f"{t}:{s!r}" for t, s in enumerate(tokens))], rows, left={0}),
+    ]
+
+
 def _gradient(r: dict[str, Any]) -> list[str]:
     ab = r["ablation"]
     rows = [(name, f"{g:.4e}", f"{rel:.4f}")
@@ -149,4 +194,5 @@ def print_realmodel(r: dict[str, Any]) -> None:
                  f"next-token loss {r['loss']:.4f}: the mean over the {n - 1} predictions "
                  f"(tokens 1 to {n - 1}, each from the tokens before it); "
                  f"{r['n_layers']} blocks = {2 * r['n_layers']} writes",
-                 *_stream(r), *_attention(r), *_massive(r), *_lens(r), *_gradient(r)])
+                 *_stream(r), *_attention(r), *_massive(r), *_lens(r), *_dla(r), *_grid(r),
+                 *_gradient(r)])

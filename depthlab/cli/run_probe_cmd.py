@@ -23,7 +23,11 @@ def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = Fals
             "uniform causal attention; massive activations (largest |activation|, its dimension "
             "and token, against the median); token collapse; the logit lens after every sublayer "
             "with the final norm recomputed (and the cached-scale entropy beside it); the LM "
-            "loss's gradient at each sublayer; and the loss change when each block is skipped. "
+            "loss's gradient at each sublayer; the loss change when each block is skipped; the "
+            "target's logit split into the embedding's and every write's direct contribution "
+            "(their sum checked against the real logit); the token's path through the stream "
+            "on two principal components; the logit-lens grid (top tokens at every block output "
+            "and position); and every head's attention map (--json). "
             f"Example: {HOME} {EXAMPLE} --prompt 'The capital of France is' --target ' Paris'")
     summary = "the field's real-model probes of a run on your prompt"
     pr = sub.add_parser(name, help=f"alias of `{HOME}`: {summary}" if alias else summary,
@@ -35,6 +39,9 @@ def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = Fals
     pr.add_argument("--target", metavar="TEXT|ID",
                     help="the token the logit lens follows: an id (all digits) or text, whose first "
                     "token is used (default: the model's own top-1 next token)")
+    pr.add_argument("--position", type=int, metavar="N",
+                    help="the token whose target logit is split into its writes and whose path "
+                    "is drawn, from 0 (negative: from the end; default: the last)")
     pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
     pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
@@ -52,7 +59,7 @@ def run_probe(args: argparse.Namespace) -> int:
     check_threads(args.threads)
     target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
     result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device,
-                           threads=args.threads)
+                           threads=args.threads, position=args.position)
     if args.plot:
         plot_realmodel(result, args.plot)
     if args.json:

@@ -35,6 +35,7 @@ from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.locales import texts
 from depthlab.model.residual import stream_view
+from depthlab.probes import stream_views as views
 from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
 from depthlab.probes.stream import probe_model
 from depthlab.probes.token_text import bare_ids, pieces, position_labels, token_text
@@ -194,12 +195,18 @@ def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str
     return {"base_loss": base_loss, "delta_loss": deltas}
 
 
-def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> dict[str, Any]:
+def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
+                     position: int | None = None) -> dict[str, Any]:
     """Every probe above for one prompt. `target` is the token the lens follows (default:
-    the model's own top-1 next token)."""
+    the model's own top-1 next token); `position` the token whose logit is split into
+    its writes and whose path is drawn (default: the last; negative counts from the end)."""
     L = model.cfg.n_layers
     if target is not None and not 0 <= target < model.cfg.vocab_size:
         raise UserError(f"target token id must be in [0, {model.cfg.vocab_size}), got {target}")
+    if position is not None and not -len(ids) <= position < len(ids):
+        raise UserError(f"position must be in [0, {len(ids)}) for this {len(ids)}-token prompt, "
+                        f"got {position}")
+    pos = len(ids) - 1 if position is None else position % len(ids)
     base = probe_model(model, ids)
     idx = torch.tensor([ids], device=next(model.parameters()).device)
     patterns = [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
@@ -213,20 +220,28 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None) -> d
         target = int(logits[0, -1].argmax())
     labels = state_labels(L)
     loss = next_token_loss(logits, idx)
+    maps = [cache[p][0].float() for p in patterns]
     # `base` holds the gradient per sublayer and the stream summary of `depthlab.probes.real`.
     return {**base, "prompt_ids": list(ids), "n_layers": L,
             "stream": {"states": labels, **stream_probes(states, writes)},
-            "attention": attention_probes([cache[p][0].float() for p in patterns]),
+            "attention": attention_probes(maps),
+            "attention_maps": {**views.attention_maps(maps), "kv_heads": model.cfg.kv_heads},
+            "dla": views.direct_logit_attribution(model, states, target, pos,
+                                                  float(logits[0, pos, target]), labels),
+            "path": {"states": labels, **views.stream_path(states, pos)},
+            "lens_grid": views.lens_grid(model, states),
             "massive": massive_probes(states, labels),
             "lens": lens_probes(model, states, target, labels),
             "ablation": ablation_probes(model, idx, loss)}
 
 
 def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | None = None,
-                  device: str = "cpu", threads: int | None = None) -> dict[str, Any]:
+                  device: str = "cpu", threads: int | None = None,
+                  position: int | None = None) -> dict[str, Any]:
     """`realmodel_probes` on a run directory. `prompt` is text (the run's tokenizer) or
     token ids; `target` is the lens's token: an id, or text taken verbatim whose first
-    token is used (`lens.typed` says how it tokenised). `threads` (0: depthlab.threads'
+    token is used (`lens.typed` says how it tokenised); `position` as in
+    `realmodel_probes`. `threads` (0: depthlab.threads'
     rule for the run's width) sets torch's threads; None leaves them as they are."""
     model, cfg = rundir.load_model(Path(run_dir), device=device)
     if threads is not None:
@@ -244,13 +259,15 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
             raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give --target as an id")
         typed = target_tokens(tokenizer, target)  # verbatim: " cold" and "cold" are two tokens
         target = typed["ids"][0]
-    out = {"run": str(run_dir), **realmodel_probes(model, ids, target)}
+    out = {"run": str(run_dir), **realmodel_probes(model, ids, target, position)}
     if tokenizer is not None:
         # tokens as text: a character split over byte tokens merged, a stray byte as <0xHH>
         out["tokens"] = position_labels(tokenizer, out["prompt_ids"])
         out["token_pieces"] = [p.to_json() for p in pieces(tokenizer, out["prompt_ids"])]
         out["lens"]["target"] = token_text(tokenizer, out["lens"]["target_id"])
         out["lens"]["top"] = [token_text(tokenizer, i) for i in out["lens"]["top_id"]]
+        seen = sorted({i for row in out["lens_grid"]["top_id"] for cell in row for i in cell})
+        out["lens_grid"]["text"] = {str(i): token_text(tokenizer, i) for i in seen}
     out["lens"]["typed"] = typed
     return out
 

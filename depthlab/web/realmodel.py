@@ -37,7 +37,8 @@ MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over the
 MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
 CACHE_DIR = Path(".cache") / "realmodel"
 STATIC_RUN = "smollm2"  # what `depthlab lab` imports: the run a static page shows
-CACHE_VERSION = 3  # 2: the gradient section and its reading; 3: tokens as text, the lens reading
+CACHE_VERSION = 4  # 2: the gradient section and its reading; 3: tokens as text, the lens reading;
+# 4: the stream's path, the writes' direct contributions, the lens grid, attention maps
 # Imported models the lab knows the training language of (a lowercase part of the source's
 # name or path): SmolLM2's corpus is mostly English web text, code and maths.
 IMPORTED_LANGUAGES = (("smollm", "en"),)
@@ -54,7 +55,8 @@ PROMPTS = [
      "让信息和梯度都能直达底层。", "target": None},
 ]
 
-SECTIONS = ("stream", "attention", "massive", "collapse", "gradient", "lens", "ablation")
+SECTIONS = ("stream", "path", "dla", "attention", "maps", "massive", "collapse", "gradient",
+            "lens", "grid", "ablation")
 
 
 def questions() -> dict[str, dict[str, str]]:
@@ -216,7 +218,53 @@ def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
         "gradient": texts("rm.read.gradient", ratio=f"{r['ratio']:.3g}", peak=r["sublayers"][peak]),
         "lens": lens_sentence(target, lens["stays_top1"], lens["first_top1"]),
         "ablation": texts("rm.read.ablation", block=worst, delta=f"{ab['delta_loss'][worst]:.2f}"),
+        **stream_readings(r),
     }
+
+
+def _tok(r: dict[str, Any], position: int) -> str:
+    tokens = r.get("tokens")
+    return repr(tokens[position]) if tokens else f"id {r['prompt_ids'][position]}"
+
+
+def _name(r: dict[str, Any], k: int) -> str:
+    """A state's or a write's name as the page labels it (block.sublayer; 0 = embedding)."""
+    return r["path"]["states"][k]
+
+
+def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The readings of the four views of the stream as a sum of writes."""
+    p, d, g, a = r["path"], r["dla"], r["lens_grid"], r["attention"]
+    out = {"path": texts("rm.read.path", pos=p["position"], tok=_tok(r, p["position"]),
+                         share=f"{p['variance_2d']:.0%}", k=p["longest"],
+                         name=_name(r, p["longest"]))}
+    if d["available"]:
+        top = d["top"][0]
+        text = (g.get("text") or {}).get(str(d["target_id"]))
+        key = "rm.read.dla_embed" if top["k"] == 0 else "rm.read.dla"
+        out["dla"] = texts(key, n=len(d["terms"]) - 1, sum=f"{d['sum']:.4f}",
+                           target=repr(text) if text is not None else f"id {d['target_id']}",
+                           logit=f"{d['logit']:.4f}", gap=f"{d['gap']:.1e}", top=top["term"],
+                           value=f"{top['value']:+.2f}", share=f"{top['value'] / d['logit']:.0%}"
+                           if d["logit"] else "-")
+    else:
+        out["dla"] = texts("rm.read.dla_none")
+    # the last position's top-1 in the top row, and the lowest row from which it stays top-1
+    last = [row[-1][0] for row in g["top_id"]]
+    row = len(last) - 1
+    while row > 0 and last[row - 1] == last[-1]:
+        row -= 1
+    text = (g.get("text") or {}).get(str(last[-1]))
+    out["grid"] = texts("rm.read.grid", tok=repr(text) if text is not None else f"id {last[-1]}",
+                        block=row - 1, p=f"{g['top_prob'][-1][-1][0]:.0%}") if row > 0 else \
+        texts("rm.read.grid_embed", tok=repr(text) if text is not None else f"id {last[-1]}")
+    shares = a["first_token_share"]
+    layer, head = max(((i, j) for i in range(len(shares)) for j in range(len(shares[i]))),
+                      key=lambda ij: shares[ij[0]][ij[1]])
+    half = sum(v > 0.5 for row in shares for v in row)
+    out["maps"] = texts("rm.read.maps", layer=layer, head=head, share=f"{shares[layer][head]:.0%}",
+                        n=half, total=sum(map(len, shares)), tok=_tok(r, 0))
+    return out
 
 
 def prompts_body() -> dict[str, Any]:

@@ -108,7 +108,7 @@
     let result = null;
     let want = null; // the request on screen (or on its way)
     let ticker = null;
-    DL.realmodel = { result: () => result, request: () => want, busy: false };
+    DL.realmodel = { result: () => result, request: () => want, busy: false, views: () => DL.rmViews.drawn() };
 
     const fail = (msg) => {
       errBox.textContent = msg ? DL.t("err.with", { what: DL.t("err"), message: msg }) : "";
@@ -185,6 +185,7 @@
       want = req;
       fail("");
       busy(true);
+      drawing++; // a draw still under way is of the last answer: stopped
       const t0 = performance.now();
       source.realmodelProbe(req).then((r) => {
         if (JSON.stringify(want) !== key) return; // a newer request took its place
@@ -205,10 +206,18 @@
       });
     }
 
+    // Each section is drawn in a task of its own, so no task after the data arrive holds the
+    // page for long; DL.realmodel.busy stays true until the last one is drawn. A newer draw
+    // or request (`drawing` moves on) stops an older draw between sections.
+    let drawing = 0;
     function draw() {
+      const gen = ++drawing;
       const r = result.result;
       const q = result.questions;
       body.textContent = "";
+      DL.rmViews.reset();
+      DL.realmodel.busy = true;
+      body.setAttribute("aria-busy", "true");
       const shown = (s) => JSON.stringify(s).slice(1, -1); // a newline as \n, not a break
       // the prompt as text: one piece per character run (a character the byte-level
       // tokenizer split is shown once), each numbered by its first token
@@ -218,7 +227,20 @@
             { a: p.start, b: p.stop - 1, parts: p.parts.map((x) => JSON.stringify(x)).join(" + ") }) }, shown(p.text)), " "))
           : r.prompt_ids.join(", "),
         " · " + DL.t("rm.loss", { n: r.n_tokens - 1, last: r.n_tokens - 1 }) + " " + DL.fmt(r.loss, 4)));
-      for (const name of Object.keys(q)) { // the sections in the server's order
+      const names = Object.keys(q); // the sections in the server's order
+      const next = () => {
+        if (gen !== drawing) return;
+        if (!names.length) {
+          DL.realmodel.busy = false;
+          body.setAttribute("aria-busy", "false");
+          return;
+        }
+        section(names.shift());
+        setTimeout(next, 0);
+      };
+      next();
+
+      function section(name) {
         const sec = h("div", { class: "rm-section", id: "rm-sec-" + name });
         sec.append(h("h3", {}, DL.tr(q[name])));
         sec.append(h("p", { class: "reading" }, withTokens(DL.tr(result.readings[name]))));
@@ -247,6 +269,8 @@
             h("code", {}, q(lens.top ? lens.top[lens.top.length - 1] : lens.top_id[lens.top_id.length - 1])),
             " · " + DL.t("rm.lens.pos", { pos: r.n_tokens - 1 })));
         }
+        // the stream as a sum of writes: its path, the writes' shares, the lens grid, the maps
+        if (DL.rmViews[name]) DL.rmViews[name](sec, r, body.clientWidth);
         const grid = h("div", { class: "pcharts" });
         sec.append(grid);
         body.append(sec);
