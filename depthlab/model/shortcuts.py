@@ -22,7 +22,6 @@ Every learned number here is a scalar or a gate: no weight decay (depthlab.train
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -37,9 +36,6 @@ from depthlab.config import (
     value_embed_layers,
 )
 from depthlab.hooks import HookPoint
-
-if TYPE_CHECKING:
-    from depthlab.model.attention import KVCache
 
 GATE_INIT = 0.02  # smear's and the value embeddings' gates ~ uniform(0, 0.02)
 
@@ -187,17 +183,16 @@ class EmbedShortcuts(nn.Module):
         self.smear = Smear() if cfg.smear else None
         self.hook_x0 = HookPoint()  # the stream the first block reads [B, T, D]
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        """The embedding [B, T, D] -> x0. With a KV cache, smear's previous token for the
-        first of these T is the cache's last one, and the cache keeps this call's last."""
+    def forward(self, x: torch.Tensor, prev: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The embedding [B, T, D] -> x0, and the last token's embedding as smear mixes it
+        into the next token's (a KV cache keeps it for the next call: `prev` [B, 1, D])."""
         if self.normalise:
             x = F.rms_norm(x, (x.shape[-1],), eps=self.eps)
+        last = x[:, -1:]
         if self.smear is not None:
-            prev = None if cache is None or cache.length == 0 else cache.prev_embed
-            if cache is not None:
-                cache.prev_embed = x[:, -1:]
             x = self.smear(x, prev)
-        return self.hook_x0(x)
+        return self.hook_x0(x), last
 
     def extra_repr(self) -> str:
         return "rms_norm" if self.normalise else ""
@@ -233,5 +228,6 @@ def value_embedding(cfg: ModelConfig, layer: int) -> ValueEmbedding | None:
 
 # Modules with parameters of their own: `init_weights` calls their reset_parameters.
 SHORTCUT_PARAMETERS = (X0Mix, UNetSkip, ValueEmbedding, Smear, Backout)
-# Parameter names of gates and tables: matrices by shape, but no weight decay.
-NO_DECAY_PARTS = ("value_embed.", "smear.")
+# Parameter names of gates: matrices by shape, but no weight decay (a value embedding's
+# `table` is an embedding: decayed with train.decay_embeddings, as the token embedding is).
+NO_DECAY_PARTS = ("value_embed.gate", "smear.gate")

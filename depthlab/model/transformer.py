@@ -207,8 +207,11 @@ class Transformer(HookedModule):
         x = self.embed(idx, start, positions) if embeds is None else embeds
         n_tokens = x.shape[1]
         rope = self.rope(n_tokens, x, start, positions)
-        if self.embed_shortcuts is not None:
-            x = self.embed_shortcuts(x, cache)
+        if self.embed_shortcuts is not None:  # smear reads the token before, cached or not
+            prev = None if cache is None or cache.length == 0 else cache.prev_embed
+            x, last = self.embed_shortcuts(x, prev)
+            if cache is not None:
+                cache.prev_embed = last
         x0 = x  # x0_mix: what every block's input mixes back in
         x = self.blocks[0].attn_residual.open(x)  # one stream, or the residual's own layout
         v_first = None  # value_residual: layer 0's V, passed on to every later block
