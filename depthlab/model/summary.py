@@ -146,10 +146,11 @@ def build_meta(cfg: ModelConfig) -> Transformer:
 
 
 def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
-    """Parameters from `count_parameters`; shapes traced through two blocks, which stand
-    for all of them (a 1,024-block stack is described as fast as a 2-block one)."""
+    """Parameters from `count_parameters`; shapes traced through a stack of at most three
+    blocks, whose first stands for all of them (a 1,024-block stack is described as fast
+    as a 2-block one)."""
     count = count_parameters(cfg)
-    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 2)))
+    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 3)))  # 3: backout is valid
 
     block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
                     "hook_resid_post"]
