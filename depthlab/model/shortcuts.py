@@ -231,3 +231,24 @@ SHORTCUT_PARAMETERS = (X0Mix, UNetSkip, ValueEmbedding, Smear, Backout)
 # Parameter names of gates: matrices by shape, but no weight decay (a value embedding's
 # `table` is an embedding: decayed with train.decay_embeddings, as the token embedding is).
 NO_DECAY_PARTS = ("value_embed.gate", "smear.gate")
+
+
+def describe(cfg: ModelConfig) -> str:
+    """The shortcuts a config switches on, in one line for `model describe` ("" for none)."""
+    L, parts = cfg.n_layers, []
+    if cfg.smear:
+        parts.append("smear (lambda 0 at init)")
+    if cfg.x0_mix:
+        (r0, z0), (r1, z1) = x0_mix_init(0, L), x0_mix_init(L - 1, L)
+        parts.append(f"x0_mix (resid {r0:.3g} -> {r1:.3g}, x0 {z0:.3g} -> {z1:.3g} over depth)")
+    if cfg.value_embeds:
+        parts.append(f"value_embeds (layers {', '.join(map(str, value_embed_layers(L)))})")
+    if cfg.unet_skips:
+        pairs = [f"{unet_source(i, L)}->{i}" for i in range(L) if unet_source(i, L) is not None]
+        parts.append(f"unet_skips (block output -> block input: {', '.join(pairs)})")
+    if cfg.backout:
+        parts.append(f"backout (stream after block {middle_layer(L)}, lambda "
+                     f"{Backout.LAMBDA_INIT})")
+    if cfg.logit_softcap is not None:
+        parts.append(f"logit_softcap={cfg.logit_softcap:g}")
+    return "; ".join(parts)
