@@ -3,6 +3,8 @@ out by hand, its place in the model read through the hook points, its init (nano
 its config refusals, and what it learns."""
 
 import math
+import os
+import signal
 from dataclasses import replace
 
 import pytest
@@ -265,3 +267,40 @@ def test_every_shortcut_learns():
     for n, p in m.named_parameters():
         if any(k in n for k in ("x0_mix", "unet_skip", "value_embed", "embed_shortcuts", "backout")):
             assert p.grad is not None and p.grad.abs().max() > 0, n
+
+
+# ---- training --------------------------------------------------------------------------
+
+
+def test_a_run_with_every_shortcut_logs_them_and_resumes_bitwise(tmp_path, monkeypatch):
+    """Trains, logs each learned value per layer (at step 0: the init), and a run
+    interrupted between checkpoints and resumed ends with the uninterrupted run's weights."""
+    from test_train import weights_equal
+    from train_helpers import config
+
+    from depthlab.metrics import read_metrics
+    from depthlab.train import train
+
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+    cfg = config(steps=12, ckpt_every=5, probe_every=6, eval_every=6)
+    cfg = replace(cfg, model=replace(cfg.model, n_layers=3, **ALL))
+    train(cfg, tmp_path / "full", progress=False)
+    probes = read_metrics(tmp_path / "full", "probe")
+    first, last = probes[0], probes[-1]
+    assert first["x0_mix_resid"] == pytest.approx([1.15, 1.10, 1.05], abs=1e-6)
+    assert first["x0_mix_x0"] == pytest.approx([0.20, 0.125, 0.05], abs=1e-6)
+    assert first["unet_skip_weight"] == [None, None, 1.0]
+    assert first["backout_lambda"] == pytest.approx(0.2) and first["smear_lambda"] == 0.0
+    assert first["smear_gate"] == 0.0  # lambda 0 times a sigmoid
+    gates = first["value_embed_gate"]  # layers 0 and 2 of 3; 3 sigmoid(~0) at init
+    assert gates[1] is None and all(1.5 <= g < 1.6 for g in (gates[0], gates[2]))
+    assert last["x0_mix_resid"] != first["x0_mix_resid"]  # learned
+    assert last["backout_lambda"] != first["backout_lambda"]
+
+    def interrupt(step, _values):
+        if step == 8:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert train(cfg, tmp_path / "split", progress=False, on_step=interrupt).step == 8
+    assert train(cfg, tmp_path / "split", progress=False, resume=True).step == 12
+    assert weights_equal(tmp_path / "full", tmp_path / "split")

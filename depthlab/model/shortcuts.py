@@ -252,3 +252,32 @@ def describe(cfg: ModelConfig) -> str:
     if cfg.logit_softcap is not None:
         parts.append(f"logit_softcap={cfg.logit_softcap:g}")
     return "; ".join(parts)
+
+
+def learned_values(model: nn.Module) -> dict[str, float | list[float | None]]:
+    """The shortcuts' learned scalars now, per layer where they are per layer (None on a
+    layer without one): what the probe lines log so a run shows which layers lean on the
+    embedding shortcut and how much of the middle stream is backed out."""
+    blocks, out = list(model.blocks), {}
+
+    def per_layer(get) -> list[float | None]:
+        return [None if get(b) is None else float(get(b)) for b in blocks]
+
+    with torch.no_grad():
+        if blocks[0].x0_mix is not None:
+            out["x0_mix_resid"] = per_layer(lambda b: b.x0_mix.resid_lambda)
+            out["x0_mix_x0"] = per_layer(lambda b: b.x0_mix.x0_lambda)
+        if any(b.unet_skip is not None for b in blocks):
+            out["unet_skip_weight"] = per_layer(
+                lambda b: None if b.unet_skip is None else b.unet_skip.weight)
+        if model.backout is not None:
+            out["backout_lambda"] = float(model.backout.lam)
+        shortcuts = model.embed_shortcuts
+        if shortcuts is not None and shortcuts.smear is not None:
+            out["smear_lambda"] = float(shortcuts.smear.lam)
+    return out
+
+
+# The gates that depend on the input, by hook point: the probe lines log their mean.
+GATE_HOOKS = {"smear_gate": "embed_shortcuts.smear.hook_gate",
+              "value_embed_gate": "blocks.{i}.attn.value_embed.hook_gate"}
