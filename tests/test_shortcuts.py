@@ -304,3 +304,27 @@ def test_a_run_with_every_shortcut_logs_them_and_resumes_bitwise(tmp_path, monke
     assert train(cfg, tmp_path / "split", progress=False, on_step=interrupt).step == 8
     assert train(cfg, tmp_path / "split", progress=False, resume=True).step == 12
     assert weights_equal(tmp_path / "full", tmp_path / "split")
+
+
+# ---- the simulator -------------------------------------------------------------------
+
+
+def test_the_simulator_mixes_x0_as_the_model_does():
+    """A toy stack with x0 mixing starts at the input at RMS 1 and mixes it before each
+    layer with the model's init (depth 2: 1.15 x + 0.20 x0, then 1.05 x + 0.05 x0); the
+    naive row has none, and a residual that widens the stream refuses it."""
+    from depthlab.errors import UserError
+    from depthlab.probes.simulator import StackRequest, _inputs, token_collapse, wiring
+
+    req = StackRequest(depth=2, residual="plain", x0_mix=True)
+    wired = wiring(req.config())
+    x, x0 = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 4.0]])
+    torch.testing.assert_close(wired.mix(0, 2, x, x0), torch.tensor([[1.75, 3.1]]))
+    torch.testing.assert_close(wired.mix(1, 2, x, x0), torch.tensor([[1.2, 2.3]]))
+    assert wired.mix(1, 2, x, None) is x
+    assert token_collapse(req).stream_rms[0] == pytest.approx(1.0, rel=1e-9)
+    rms_in = float(_inputs(req).pow(2).mean().sqrt())
+    assert token_collapse(replace(req, x0_mix=False)).stream_rms[0] == pytest.approx(rms_in)
+    assert req.naive().x0_mix is False and req.label == "plain+x0"
+    with pytest.raises(UserError, match="x0_mix"):
+        StackRequest(residual="hc", x0_mix=True)
