@@ -328,3 +328,14 @@ def test_the_simulator_mixes_x0_as_the_model_does():
     assert req.naive().x0_mix is False and req.label == "plain+x0"
     with pytest.raises(UserError, match="x0_mix"):
         StackRequest(residual="hc", x0_mix=True)
+
+
+def test_the_memory_estimate_counts_the_shortcuts():
+    from depthlab.memory import estimate, shortcut_floats
+
+    assert shortcut_floats(TINY) == 0
+    on = replace(TINY, **ALL)  # L 4, d 24, K*E 24, 2 K/V heads, value embeddings on 1 and 3
+    assert shortcut_floats(on) == 2 * 24 * 4 + 24 * 2 + 2 * (3 * 24 + 2) + 3 * 24 + 24 + 2 * 30
+    base, more = estimate(TINY, 2, 16, True), estimate(on, 2, 16, True)
+    assert more.activations - base.activations == 4 * 32 * shortcut_floats(on)
+    assert more.params - base.params == on.shortcut_params
