@@ -19,7 +19,7 @@ from typing import Any
 
 from depthlab import variants
 from depthlab.errors import ConfigError, read_json_object
-from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, keys_where
+from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, SHORTCUT_SPECS, keys_where
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 # The residuals and norms are views of their specs (depthlab.variants), so call sites keep
@@ -480,7 +480,7 @@ def _check_shortcuts(m: ModelConfig) -> None:
         raise ConfigError(f"model.unet_skips=true adds block j's output to block L-1-j's input: "
                           f"it needs model.n_layers >= 2, got {m.n_layers}")
     wide = _residual(m.residual).widens
-    for switch in ("x0_mix", "backout", "unet_skips", "smear"):
+    for switch in (k for k, spec in SHORTCUT_SPECS.items() if spec.one_stream):
         if getattr(m, switch) and wide:
             raise ConfigError(f"model.{switch}=true mixes one [B, T, D] stream; "
                               f"model.residual={m.residual!r} carries a wider one, "

@@ -223,6 +223,19 @@ def test_impossible_shortcuts_are_refused_in_one_line(changes, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("residual", ["hc", "attnres"])
+def test_smear_and_value_embeds_work_on_a_wide_stream(residual):
+    """Both act before the stream opens (smear) or inside attention (value embeddings)."""
+    streams = 2 if residual == "hc" else 1
+    m = model(smear=True, value_embeds=True, residual=residual, streams=streams)
+    with torch.no_grad():
+        m.embed_shortcuts.smear.lam.fill_(1.0)
+    prompt = [3, 1, 4, 1, 5]
+    assert generate(m, prompt, 10, greedy=True) == generate(m, prompt, 10, greedy=True,
+                                                            use_cache=False)
+    assert count_parameters(m.cfg).total == sum(p.numel() for p in m.parameters())
+
+
 def test_softcap_null_from_the_command_line():
     from depthlab.config import apply_overrides
 
