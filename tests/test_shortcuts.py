@@ -178,7 +178,10 @@ def test_unet_skips_add_the_mirrored_blocks_output(n_layers, sources):
         for i in sources:
             m.blocks[i].unet_skip.weight.fill_(0.1 * i)
     names = [f"blocks.{i}.hook_resid_{s}" for i in range(n_layers) for s in ("pre", "post")]
-    _, c = run_with(m, IDX, names)
+    _, c = run_with(m, IDX, [*names, *(f"blocks.{i}.unet_skip.hook_skip" for i in sources)])
+    for i, j in sources.items():
+        torch.testing.assert_close(c[f"blocks.{i}.unet_skip.hook_skip"],
+                                   0.1 * i * c[f"blocks.{j}.hook_resid_post"])
     for i in range(1, n_layers):
         want = c[f"blocks.{i - 1}.hook_resid_post"]
         if i in sources:

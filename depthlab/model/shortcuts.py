@@ -76,12 +76,13 @@ class UNetSkip(nn.Module):
         super().__init__()
         self.source = source  # the block whose output is added
         self.weight = nn.Parameter(torch.ones(()))
+        self.hook_skip = HookPoint()  # what it adds: weight * skip [B, T, D]
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
 
     def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
-        return x + self.weight * skip
+        return x + self.hook_skip(self.weight * skip)
 
     def extra_repr(self) -> str:
         return f"from_block={self.source}"
