@@ -16,7 +16,8 @@ with the std of a 1/sqrt(d) init, their gates uniform in [0, 0.02] (each gate st
 3 sigmoid(0) = 1.5). U-net skip weights start at 1 (modded-nanogpt, Nov 2024).
 
 Shape legend: B batch, T tokens, D d_model, K key/value heads, E head size, V vocabulary.
-Every learned number here is a scalar or a gate: no weight decay (depthlab.train.optim).
+The scalars and gates take no weight decay; a value embedding's table is decayed as the
+token embedding is, with train.decay_embeddings (depthlab.train.optim).
 """
 
 from __future__ import annotations
@@ -173,10 +174,10 @@ class Backout(nn.Module):
 
 
 class EmbedShortcuts(nn.Module):
-    """What happens between the embedding and the first block: smear, then (x0_mix) the
-    RMS norm without a scale that makes x0, where the stream starts (nanochat: x = norm(x)
-    after the token embedding, then smear, then x0 = x; we norm first so smear's gate reads
-    normalised channels, as nanochat's does)."""
+    """What happens between the embedding and the first block: (x0_mix) an RMS norm
+    without a scale, then smear; the result is x0, where the stream starts (as nanochat:
+    x = norm(x) after the token embedding, then smear, then x0 = x, so smear's gate reads
+    normalised channels)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
