@@ -19,7 +19,7 @@ from typing import Any
 
 from depthlab import variants
 from depthlab.errors import ConfigError, read_json_object
-from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, keys_where
+from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, SHORTCUT_SPECS, keys_where
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 # The residuals and norms are views of their specs (depthlab.variants), so call sites keep
@@ -45,6 +45,28 @@ MAX_LR = 10.0
 # `model describe` overflows its 64-bit sizes.
 MAX_INT = 2**31 - 1
 MAX_PARAMS = 2**48
+
+# The stream shortcuts' gates read the first channels of what they gate (nanochat's widths):
+SMEAR_CHANNELS = 24  # smear: sigmoid(w . x[:24]) of the token's own embedding
+VALUE_EMBED_GATE_CHANNELS = 12  # value embeddings: 3 sigmoid(W x[:12]), one per K/V head
+
+
+def value_embed_layers(n_layers: int) -> tuple[int, ...]:
+    """The layers that carry a value embedding: every other one, the last always
+    (nanochat's `has_ve`: layer % 2 == (L - 1) % 2)."""
+    return tuple(i for i in range(n_layers) if i % 2 == (n_layers - 1) % 2)
+
+
+def middle_layer(n_layers: int) -> int:
+    """The block after which backout reads the stream it subtracts (nanochat: L // 2)."""
+    return n_layers // 2
+
+
+def unet_source(layer: int, n_layers: int) -> int | None:
+    """The block whose output a U-net skip adds to the input of `layer`: the mirror
+    L-1-layer of a block in the second half (the last L // 2 blocks), else None."""
+    mirror = n_layers - 1 - layer
+    return mirror if mirror < n_layers // 2 else None
 
 
 def residual_params_per_write(residual: str, d: int, n: int) -> int:
@@ -91,6 +113,13 @@ class ModelConfig:
     init_std: float = 0.02
     init_gain: float = 1.0
     scaled_init: bool = True  # output projections get init_std / sqrt(2 * n_layers)
+    # Stream shortcuts of nanochat and modded-nanogpt (depthlab.model.shortcuts):
+    x0_mix: bool = False  # before block i: x <- resid_i * x + x0_i * x0 (x0: normalised embedding)
+    backout: bool = False  # before the final norm: x <- x - lambda * (stream after block L//2)
+    value_embeds: bool = False  # alternating layers add a gated value embedding to V
+    smear: bool = False  # the previous token's embedding mixed into each token's, gated
+    unet_skips: bool = False  # block j's output added to block L-1-j's input, learned weight
+    logit_softcap: float | None = None  # logits <- cap * tanh(logits / cap); None: no cap
 
     # Derived sizes, so nobody recomputes them differently.
     @property
@@ -126,7 +155,24 @@ class ModelConfig:
         embed = self.vocab_size * d + (self.context_len * d if self.position == "learned" else 0)
         head = 0 if self.tie_embeddings else self.vocab_size * d
         residual = self.n_writes * residual_params_per_write(self.residual, d, self.streams)
-        return embed + self.n_layers * (attn + ffn + 4 * d) + residual + head + d
+        return (embed + self.n_layers * (attn + ffn + 4 * d) + residual + head + d
+                + self.shortcut_params)
+
+    @property
+    def shortcut_params(self) -> int:
+        """What the stream shortcuts learn (exact; depthlab.model.shortcuts builds them):
+        two scalars per block for x0_mix, one for backout, a 24-wide gate and a scalar for
+        smear, one weight per mirrored pair for unet_skips, and on every value-embedding
+        layer a [V, K*E] table and a [K, 12] gate."""
+        n = 2 * self.n_layers if self.x0_mix else 0
+        n += 1 if self.backout else 0
+        n += SMEAR_CHANNELS + 1 if self.smear else 0
+        n += self.n_layers // 2 if self.unet_skips else 0
+        if self.value_embeds:
+            per_layer = self.kv_heads * (self.vocab_size * self.head_size
+                                         + VALUE_EMBED_GATE_CHANNELS)
+            n += len(value_embed_layers(self.n_layers)) * per_layer
+        return n
 
     @property
     def write_scale(self) -> float:
@@ -419,7 +465,33 @@ def validate_model(m: ModelConfig) -> ModelConfig:
                     f"set model.{switch}=false or choose model.norm from: {', '.join(NORMS[1:])}"
                 )
     _check_frontier(m)
+    _check_shortcuts(m)
     return m
+
+
+def _check_shortcuts(m: ModelConfig) -> None:
+    """The stream shortcuts (depthlab.model.shortcuts): what each needs of the model."""
+    if m.logit_softcap is not None:
+        _positive("model.logit_softcap", m.logit_softcap)
+    if m.backout and m.n_layers < 3:
+        raise ConfigError(f"model.backout=true subtracts the stream after block L//2, which must "
+                          f"not be the last block: it needs model.n_layers >= 3, got {m.n_layers}")
+    if m.unet_skips and m.n_layers < 2:
+        raise ConfigError(f"model.unet_skips=true adds block j's output to block L-1-j's input: "
+                          f"it needs model.n_layers >= 2, got {m.n_layers}")
+    wide = _residual(m.residual).widens
+    for switch in (k for k, spec in SHORTCUT_SPECS.items() if spec.one_stream):
+        if getattr(m, switch) and wide:
+            raise ConfigError(f"model.{switch}=true mixes one [B, T, D] stream; "
+                              f"model.residual={m.residual!r} carries a wider one, "
+                              f"choose a single-stream residual")
+    if m.smear and m.d_model < SMEAR_CHANNELS:
+        raise ConfigError(f"model.smear=true gates on the first {SMEAR_CHANNELS} channels of the "
+                          f"embedding: it needs model.d_model >= {SMEAR_CHANNELS}, got {m.d_model}")
+    if m.value_embeds and m.d_model < VALUE_EMBED_GATE_CHANNELS:
+        raise ConfigError(f"model.value_embeds=true gates on the first {VALUE_EMBED_GATE_CHANNELS} "
+                          f"channels of the attention input: it needs model.d_model >= "
+                          f"{VALUE_EMBED_GATE_CHANNELS}, got {m.d_model}")
 
 
 def _check_frontier(m: ModelConfig) -> None:

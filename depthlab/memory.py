@@ -13,7 +13,8 @@ once and refuses with the estimate and the limit instead:
                           and 4 copies of the logits (tokens x vocab);
                           the residual's own state where it is wider than
                           one stream (`residual_floats`, from the
-                          residual's spec in depthlab.variants)
+                          residual's spec in depthlab.variants), and
+                          what the stream shortcuts keep (`shortcut_floats`)
 
 The coefficients are calibrated on the measured peak RSS of two training steps of
 the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
@@ -26,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from depthlab.config import Config, ModelConfig
+from depthlab.config import Config, ModelConfig, value_embed_layers
 from depthlab.errors import UserError
 from depthlab.variants import RESIDUAL_SPECS
 
@@ -52,13 +53,28 @@ def residual_floats(m: ModelConfig) -> int:
     return RESIDUAL_SPECS[m.residual].wide_floats(m.d_model, m.streams, m.n_writes)
 
 
+def shortcut_floats(m: ModelConfig) -> int:
+    """Floats per token the stream shortcuts (depthlab.model.shortcuts) keep for backward,
+    counted from the tensors autograd saves (not fitted like the rest: they are small next
+    to a block): x0_mix the mixed input and x0 per block, a U-net skip its sum, a value
+    embedding its looked-up values, their gated product and the gate, smear and backout a
+    few streams once, the logit softcap two more copies of the logits."""
+    d, kv = m.d_model, m.kv_heads * m.head_size
+    n = (2 * d * m.n_layers if m.x0_mix else 0) + (d * (m.n_layers // 2) if m.unet_skips else 0)
+    if m.value_embeds:
+        n += len(value_embed_layers(m.n_layers)) * (3 * kv + m.kv_heads)
+    n += (3 * d if m.smear else 0) + (d if m.backout else 0)
+    return n + (2 * m.vocab_size if m.logit_softcap is not None else 0)
+
+
 def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
     """Bytes held at once by a forward (and, when training, backward) pass of `batch`
     sequences of `seq` tokens."""
     n = m.approx_params
     tokens = batch * seq
     per_block = tokens * (18 * m.d_model + 5 * m.ffn_hidden) + 3 * batch * m.n_heads * seq * seq
-    acts = m.n_layers * per_block + 4 * tokens * m.vocab_size + tokens * residual_floats(m)
+    acts = (m.n_layers * per_block + 4 * tokens * m.vocab_size
+            + tokens * (residual_floats(m) + shortcut_floats(m)))
     if not training:  # no graph is kept: one block's worth plus the logits
         acts = per_block + 2 * tokens * m.vocab_size
     return MemoryEstimate(n, FLOAT * n, 3 * FLOAT * n if training else 0, FLOAT * acts)

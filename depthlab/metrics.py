@@ -11,7 +11,11 @@ Every line has "kind" and "time" (unix seconds); kinds and their other keys:
                grad_params (L values: norm of each block's parameter gradients),
                input_dependence (mean total-variation distance of the predictions
                from their average: 0 for a constant predictor); dense in a run's
-               first probe_every steps (depthlab/train/measures.py)
+               first probe_every steps (depthlab/train/measures.py); with the stream
+               shortcuts on, their learned values: x0_mix_resid, x0_mix_x0,
+               unet_skip_weight, value_embed_gate (L values each, null on layers
+               without one; the gate is its mean on the probe batch), backout_lambda,
+               smear_lambda, smear_gate
     run_end    step, status (completed | interrupted | failed), message, diverged (true when
                a non-finite loss or gradient stopped the run; a crash logs no diverged key)
 Readers ignore unknown keys and a truncated last line. On resume the trainer cuts

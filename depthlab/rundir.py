@@ -46,6 +46,8 @@ DERIVED_KEYS = frozenset({"model.vocab_size"})
 # before they existed: left out of the hash at that value, so a run trained before the
 # field existed keeps its hash and stays reusable.
 ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1,
+                "model.x0_mix": False, "model.backout": False, "model.value_embeds": False,
+                "model.smear": False, "model.unet_skips": False, "model.logit_softcap": None,
                 "data.special_tokens": (), "data.separate_documents": False}
 
 

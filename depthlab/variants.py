@@ -164,3 +164,34 @@ def public_specs() -> dict[str, list[dict[str, Any]]]:
     """Every spec as /api/meta publishes it: the page's labels, formulas and widths."""
     return {"residuals": [s.public() for s in RESIDUAL_SPECS.values()],
             "norms": [s.public() for s in NORM_SPECS.values()]}
+
+
+@dataclass(frozen=True)
+class ShortcutSpec:
+    """One stream shortcut (depthlab.model.shortcuts): a ModelConfig switch of its own,
+    on top of any residual and norm."""
+
+    key: str  # the ModelConfig field
+    formula: str  # what it computes, as the README and `model describe` say it
+    init: str  # the init rule, in words
+    source: str  # where the design comes from
+    off: Any = False  # the field's value when it is off (its default)
+    one_stream: bool = True  # mixes one [B, T, D] stream: refused with a widening residual
+    hf_export: bool = False  # `hf export` can write it (no Llama/Qwen family has one)
+
+
+SHORTCUT_SPECS: dict[str, ShortcutSpec] = {s.key: s for s in (
+    ShortcutSpec("x0_mix", "x ← resid_i·x + x0_i·x0 before block i; x0 = RMSNorm(embedding)",
+                 "resid 1.15 → 1.05, x0 0.20 → 0.05, linear over depth", "nanochat"),
+    ShortcutSpec("backout", "x ← x − λ·x_mid before the final norm; x_mid after block L//2",
+                 "λ = 0.2", "nanochat"),
+    ShortcutSpec("value_embeds", "v ← v + 3σ(W·h[:12])·E_i[token] on every other layer",
+                 "E uniform with std 1/√d, W uniform in [0, 0.02]", "nanochat",
+                 one_stream=False),
+    ShortcutSpec("smear", "x_t ← x_t + λ·σ(w·x_t[:24])·x_(t−1)",
+                 "λ = 0, w uniform in [0, 0.02]", "nanochat", one_stream=False),
+    ShortcutSpec("unet_skips", "x ← x + w_j·(output of block j) before block L−1−j",
+                 "w_j = 1", "modded-nanogpt"),
+    ShortcutSpec("logit_softcap", "logits ← cap·tanh(logits / cap)", "no parameters",
+                 "Gemma 2; nanochat (15)", off=None, one_stream=False),
+)}

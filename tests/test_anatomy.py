@@ -271,7 +271,13 @@ def test_stages_cover_every_switch(placement, residual, norm):
 COUNTED = [{}, {"value_residual": True}, {"residual": "rezero"}, {"residual": "hc", "streams": 3},
            {"residual": "mhc", "streams": 2}, {"residual": "attnres"}, {"norm": "dyt"},
            {"residual": "deepnorm", "placement": "post"}, {"attn_gate": True, "qk_norm": True},
-           {"n_layers": 1, "value_residual": True}]
+           {"n_layers": 1, "value_residual": True},
+           # the stream shortcuts: value embeddings on every other block, U-net skips on
+           # the second half's, smear at the embedding, backout before the final norm
+           {"value_embeds": True}, {"value_embeds": True, "n_layers": 5}, {"unet_skips": True},
+           {"x0_mix": True, "backout": True, "smear": True, "logit_softcap": 15.0},
+           {"x0_mix": True, "backout": True, "smear": True, "value_embeds": True,
+            "unet_skips": True, "value_residual": True, "n_layers": 7}]
 
 
 @pytest.mark.parametrize("changes", COUNTED, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "course")

@@ -32,6 +32,10 @@ SWITCHES = [
     {"value_residual": True}, {"position": "learned"}, {"bias": True}, {"qkv_bias": True},
     {"tie_embeddings": False}, {"norm_scale": "depth"}, {"final_norm": False},
     {"head_dim": 12, "n_kv_heads": 2},
+    # the stream shortcuts the step computes (a cap of 2 bites on logits of a few units)
+    {"x0_mix": True}, {"backout": True}, {"unet_skips": True}, {"logit_softcap": 2.0},
+    {"x0_mix": True, "backout": True, "unet_skips": True, "logit_softcap": 15.0,
+     "value_residual": True, "n_layers": 5},
 ]
 PRESETS = ["gpt2", "vaswani2017", "llama", "qwen3", "qwen_next", "olmo2"]
 
@@ -107,6 +111,10 @@ def test_decode_step_matches_the_readable_forward_for_every_preset(preset, seed)
     ({"residual": "mhc", "streams": 4}, "model.residual=mhc, which the decode step does not"),
     ({"residual": "attnres"}, "model.residual=attnres, which the decode step does not"),
     ({"qk_norm": True, "norm": "layernorm"}, "QK-norm other than RMSNorm"),
+    ({"value_embeds": True}, "model.value_embeds=True, which the decode step does not"),
+    ({"smear": True}, "model.smear=True, which the decode step does not"),
+    ({"smear": True, "value_embeds": True, "x0_mix": True, "n_layers": 3},
+     "model.value_embeds=True, which the decode step does not"),
 ])
 def test_models_the_step_does_not_handle_generate_the_same_tokens_on_the_readable_path(
         changes, reason):

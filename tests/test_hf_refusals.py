@@ -111,6 +111,12 @@ EXPORT_REFUSALS = [
     ({"final_norm": False}, "model.final_norm"),
     ({"qk_norm": True, "qkv_bias": True}, "model.qkv_bias"),
     ({"qk_norm": True, "bias": True}, "model.bias"),
+    ({"x0_mix": True}, "model.x0_mix"),
+    ({"backout": True, "n_layers": 3}, "model.backout"),
+    ({"value_embeds": True}, "model.value_embeds"),
+    ({"smear": True}, "model.smear"),
+    ({"unet_skips": True}, "model.unet_skips"),
+    ({"logit_softcap": 15.0}, "model.logit_softcap"),
 ]
 
 

@@ -249,3 +249,20 @@ def test_the_spec_table_and_its_torch_free_readers_load_no_torch():
                           timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_shortcut_specs_are_the_config_switches_and_hf_fixes_them_off():
+    """Each stream shortcut's spec names a ModelConfig field whose default is its `off`
+    value, which old run hashes assume and every exported family fixes."""
+    import dataclasses
+
+    from depthlab.hf.mapping import EXPORT_ORDER, FAMILIES
+    from depthlab.rundir import ADDED_FIELDS
+    from depthlab.variants import SHORTCUT_SPECS
+
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    for key, spec in SHORTCUT_SPECS.items():
+        assert key == spec.key and defaults[key] == spec.off
+        assert ADDED_FIELDS[f"model.{key}"] == spec.off
+        fixed = {s.value for n in EXPORT_ORDER for s in FAMILIES[n].switches if s.ours == key}
+        assert not spec.hf_export and fixed == {spec.off}

@@ -64,6 +64,10 @@ def describe(args: argparse.Namespace) -> int:
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
           f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm} "
           f"norm_scale={m.norm_scale} value_residual={m.value_residual}")
+    from depthlab.model.shortcuts import describe as describe_shortcuts
+
+    if describe_shortcuts(m):
+        print(f"stream shortcuts: {describe_shortcuts(m)}")
     shown = min(m.n_layers, 2) - 1  # block 1 stands for 1..L-1 (block 0 has no value mix)
     print(f"\nOne block (block {shown}):")
     with torch.device("meta"):  # built alone from the whole config: constants that

@@ -99,6 +99,9 @@ def _stack_args(p: argparse.ArgumentParser, default_gain: float) -> None:
                    help="old spelling of --norm rmsnorm")
     p.add_argument("--scale-writes", action="store_true",
                    help="old spelling: with --residual, the same as --residual scaled")
+    p.add_argument("--x0-mix", action="store_true",
+                   help="improved row: mix the normalised input back in before every layer, "
+                   "x <- resid_l x + x0_l x0 (model.x0_mix, nanochat's init)")
     p.add_argument("--seed", type=int, default=0)
     _output_args(p)
 
@@ -114,7 +117,7 @@ def _request(args: argparse.Namespace, **extra: object):
                             f"needs a skip path; use --residual scaled (got --residual {residual})")
         residual = "scaled"
     return StackRequest(depth=args.depth, gain=args.gain, residual=residual, norm=args.norm,
-                        seed=args.seed, **extra)
+                        x0_mix=args.x0_mix, seed=args.seed, **extra)
 
 
 def _plot(draw, path: str, *results: object) -> None:
@@ -137,8 +140,9 @@ def _columns(req) -> list[tuple[str, str]]:
     """The compared stacks: naive, and the switched one when a switch is set."""
     stacks = [("naive", "the naive stack x <- F(x)")]
     if req.label != "naive":
+        mix = ", the input mixed back in before every layer (x0_mix)" if req.x0_mix else ""
         stacks.append((req.label, f"the same N, g and seed with residual={req.residual}, "
-                       f"norm={req.norm}"))
+                       f"norm={req.norm}{mix}"))
     return stacks
 
 

@@ -131,6 +131,12 @@ _LLAMA_SWITCHES = (
     Switch("final_norm", True, "Llama and Qwen normalise before the LM head"),
     Switch("norm_scale", "none", "Llama and Qwen do not scale the norms by depth"),
     Switch("value_residual", False, "Llama and Qwen attend over each layer's own values"),
+    Switch("x0_mix", False, "Llama and Qwen do not mix the embedding back into each block's input"),
+    Switch("backout", False, "Llama and Qwen do not subtract the middle stream before the head"),
+    Switch("value_embeds", False, "Llama and Qwen have no value embeddings"),
+    Switch("smear", False, "Llama and Qwen do not mix the previous token's embedding in"),
+    Switch("unet_skips", False, "Llama and Qwen have no skips between mirrored blocks"),
+    Switch("logit_softcap", None, "Llama and Qwen do not cap the logits"),
     Switch("scaled_init", False, "Transformers initialises every linear with the same std",
            exported=False),
 )

@@ -23,6 +23,7 @@ from depthlab.config import ModelConfig
 from depthlab.hooks import HookPoint
 from depthlab.model import fused
 from depthlab.model.norms import make_norm
+from depthlab.model.shortcuts import value_embedding
 
 
 def rope_cos_sin(
@@ -83,6 +84,8 @@ class KVCache:
         # One view per layer, made once: a decode step does no per-layer slicing.
         self._layers = [LayerCache(k, v) for k, v in zip(self.k, self.v, strict=True)]
         self.length = 0
+        # model.smear: the last token's embedding, which the next token mixes in [B, 1, D]
+        self.prev_embed: torch.Tensor | None = None
 
     @property
     def capacity(self) -> int:
@@ -158,6 +161,10 @@ class Attention(nn.Module):
         self.value_residual = ValueResidual() if cfg.value_residual and layer > 0 else None
         if self.value_residual is not None:
             self.hook_v_first = HookPoint()  # layer 0's V [B, K, T, E] as this layer mixes it
+        # model.value_embeds: on every other layer, a gated table of values by token.
+        self.value_embed = value_embedding(cfg, layer)
+        if self.value_embed is not None:
+            self.hook_value_embed = HookPoint()  # what it adds to V [B, K, T, E]
 
     def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q_proj(x), k_proj(x), v_proj(x). While training, as one matmul against the
@@ -215,14 +222,15 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [B, T, D] -> ([B, T, D], v_first). `rope` holds cos, sin at the T tokens'
         positions ([T, E], or [B, 1, T, E] when each row has its own); `cache` the earlier
         tokens. v_first: with value_residual, layer 0's V of these T tokens [B, K, T, E],
         returned by layer 0 and passed to every later one (None otherwise). Only the new
         tokens need it: the mix happens before the cache, so the cache of a later layer
         holds mixed values, and the first layer's V of the new tokens is the one layer 0
-        just computed (and wrote to its own cache)."""
+        just computed (and wrote to its own cache). tokens: the T tokens' ids [B, T], which
+        a value embedding looks up (model.value_embeds)."""
         B, T, _ = x.shape
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         if self.rotary_fast_path(x, rope, cache):  # the same q, k, v from one function
@@ -230,6 +238,10 @@ class Attention(nn.Module):
             gate = None
         else:
             q, k, v, gate = self.heads(x, rope)
+        if self.value_embed is not None:
+            if tokens is None:
+                raise ValueError("model.value_embeds looks values up by token: pass the token ids")
+            v = v + self.hook_value_embed(self.value_embed(tokens, x))
         if self.value_residual is not None:
             v = self.value_residual(v, self.hook_v_first(v_first))
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)

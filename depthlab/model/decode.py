@@ -30,7 +30,7 @@ whenever a hook is attached (it is what probes see); `generate` checks that befo
 every step. Which models the step runs is decided from the config, fail-safe
 (`IMPLEMENTS`), and `generate` computes the step's first token both ways and keeps the
 readable path when they differ, so a change to the readable forward that the step does
-not know (a logit softcap, say) costs speed, never a different token.
+not know (a new gate on the stream, say) costs speed, never a different token.
 tests/test_decode.py checks the two agree for every switch of the model.
 """
 
@@ -207,6 +207,11 @@ class _Block:
         self.attn = _Attention(block.attn, cache, layer)
         self.mlp = _FFN(block.mlp)
         self.attn_residual, self.mlp_residual = block.attn_residual, block.mlp_residual
+        # Stream shortcuts on the block's input (Transformer.forward applies them):
+        mix = block.x0_mix
+        self.x0_mix = None if mix is None else (float(mix.resid_lambda), float(mix.x0_lambda))
+        skip = block.unet_skip
+        self.unet_skip = None if skip is None else (float(skip.weight), skip.source)
 
     def __call__(self, x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor] | None,
                  slot: torch.Tensor, end: int, v_first: torch.Tensor | None,
@@ -246,6 +251,10 @@ IMPLEMENTS: dict[str, frozenset | None] = {
     "position": frozenset({"rope", "learned"}), "rope_theta": ANY,
     "bias": ANY, "qkv_bias": ANY, "tie_embeddings": ANY,
     "init_std": ANY, "init_gain": ANY, "scaled_init": ANY,  # where the weights start: no forward
+    # the stream shortcuts (depthlab.model.shortcuts) the step computes; a value embedding
+    # and smear (which needs the cache's last embedding) fall back to the readable forward
+    "x0_mix": ANY, "backout": ANY, "unet_skips": ANY, "logit_softcap": ANY,
+    "value_embeds": frozenset({False}), "smear": frozenset({False}),
 }
 # The module classes the step reads its weights from; a subclass may compute otherwise.
 # (The residual's class is the config's `residual`, checked above.)
@@ -317,6 +326,11 @@ class DecodeStep:
         self.pos_embed = None if model.pos_embed is None else model.pos_embed.weight
         self.rope = model.rope(cache.capacity, self.embed)  # cos, sin [capacity, E]
         self.final_norm = _norm(model.final_norm)
+        self.x0_norm_eps = model.cfg.norm_eps if model.cfg.x0_mix else None
+        self.keep_outputs = model.cfg.unet_skips
+        self.backout = None if model.backout is None else (model.backout.layer,
+                                                           float(model.backout.lam))
+        self.softcap = model.cfg.logit_softcap
         self.head = _in_out((model.embed_tokens if model.lm_head is None else model.lm_head).weight)
         self.slots = torch.arange(cache.capacity, device=self.embed.device)
         self._hook_tables = [table for m in model.modules()
@@ -337,8 +351,22 @@ class DecodeStep:
             x = x + self.pos_embed[pos:pos + 1]
         cos_sin = None if self.rope is None else (self.rope[0][pos], self.rope[1][pos])
         slot, v_first = self.slots[pos:pos + 1], None
-        for block in self.blocks:
+        if self.x0_norm_eps is not None:  # x0_mix: the stream starts at the normalised embedding
+            x = F.rms_norm(x, (x.shape[-1],), eps=self.x0_norm_eps)
+        x0, outputs, x_mid = x, [], None
+        for i, block in enumerate(self.blocks):
+            if block.x0_mix is not None:
+                x = block.x0_mix[0] * x + block.x0_mix[1] * x0
+            if block.unet_skip is not None:
+                x = x + block.unet_skip[0] * outputs[block.unet_skip[1]]
             x, v_first = block(x, cos_sin, slot, pos + 1, v_first)
+            if self.keep_outputs:
+                outputs.append(x)
+            if self.backout is not None and i == self.backout[0]:
+                x_mid = x
         self.cache.length = pos + 1
+        if self.backout is not None:
+            x = x - self.backout[1] * x_mid
         x = self.final_norm(x) if self.final_norm else x
-        return torch.mm(x, self.head)[0]
+        logits = torch.mm(x, self.head)[0]
+        return logits if self.softcap is None else self.softcap * torch.tanh(logits / self.softcap)

@@ -9,19 +9,21 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from depthlab.config import ModelConfig
-from depthlab.model.transformer import Transformer
+from depthlab.config import ModelConfig, unet_source, value_embed_layers
+from depthlab.model.transformer import Block, Transformer
 from depthlab.variants import RESIDUAL_SPECS
 
 
 def component_of(param_name: str) -> str:
     """embedding | attention | ffn | norm | residual | lm_head, from a parameter's dotted
-    name (residual: the learned scalars of residual variants such as rezero)."""
-    if param_name.startswith(("embed_tokens", "pos_embed")):
+    name (residual: the learned scalars of residual variants such as rezero, and of the
+    stream shortcuts; embedding: a value embedding's table and gate)."""
+    if param_name.startswith(("embed_tokens", "pos_embed")) or ".value_embed." in param_name:
         return "embedding"
     if param_name.startswith("lm_head"):
         return "lm_head"
-    if "_residual." in param_name:
+    if "_residual." in param_name or param_name.startswith(SHORTCUT_PREFIXES) or any(
+            f".{part}." in param_name for part in BLOCK_SHORTCUTS):
         return "residual"
     if "norm" in param_name:
         return "norm"
@@ -32,11 +34,16 @@ def component_of(param_name: str) -> str:
     raise ValueError(f"unclassified parameter {param_name}")  # pragma: no cover
 
 
+SHORTCUT_PREFIXES = ("embed_shortcuts.", "backout.")  # the model's own stream shortcuts
+BLOCK_SHORTCUTS = ("x0_mix", "unet_skip")  # those a block holds for its input
+
+
 # The data-flow stages that hold parameters, in the order of a Pre-Norm forward pass;
 # a block's stages sit between positions and final_norm, once per block.
 TOP_STAGES = ("embedding", "positions", "final_norm", "lm_head")
 BLOCK_STAGES = ("attn_norm", "attention", "attn_residual", "ffn_norm", "ffn", "ffn_residual")
 _BLOCK_PARTS = (("attn_norm_", "attn_norm"), ("attn_residual.", "attn_residual"),
+                ("x0_mix.", "attn_residual"), ("unet_skip.", "attn_residual"),
                 ("attn.", "attention"), ("mlp_norm_", "ffn_norm"),
                 ("mlp_residual.", "ffn_residual"), ("mlp.", "ffn"))
 
@@ -44,13 +51,16 @@ _BLOCK_PARTS = (("attn_norm_", "attn_norm"), ("attn_residual.", "attn_residual")
 def stage_of(param_name: str) -> str:
     """The data-flow stage a parameter belongs to (TOP_STAGES, BLOCK_STAGES): a sublayer's
     norms (in, out or post, whatever the placement) are its *_norm stage; QK-norm sits
-    inside attention; a residual variant's learned scalars are its *_residual stage."""
+    inside attention; a residual variant's learned scalars are its *_residual stage, and
+    so are the shortcuts on the block's input (x0_mix, unet_skip); smear is part of the
+    embedding, backout of the final norm it precedes."""
     if param_name.startswith("blocks."):
         rest = param_name.split(".", 2)[2]
         for prefix, stage in _BLOCK_PARTS:
             if rest.startswith(prefix):
                 return stage
-    for prefix, stage in (("embed_tokens.", "embedding"), ("pos_embed.", "positions"),
+    for prefix, stage in (("embed_tokens.", "embedding"), ("embed_shortcuts.", "embedding"),
+                          ("backout.", "final_norm"), ("pos_embed.", "positions"),
                           ("final_norm.", "final_norm"), ("lm_head.", "lm_head")):
         if param_name.startswith(prefix):
             return stage
@@ -73,29 +83,53 @@ class ParameterCount:
         return sum(self.by_component.values())
 
 
+def block_kinds(cfg: ModelConfig) -> dict[tuple, list[int]]:
+    """The layers grouped by what their block holds: blocks of one kind have the same
+    parameters (block 0 has no value-residual mix; value embeddings sit on every other
+    layer; U-net skips on the second half's blocks)."""
+    skips = {i for i in range(cfg.n_layers) if unet_source(i, cfg.n_layers) is not None}
+    embeds = set(value_embed_layers(cfg.n_layers)) if cfg.value_embeds else set()
+    kinds: dict[tuple, list[int]] = {}
+    for i in range(cfg.n_layers):
+        kinds.setdefault((i == 0, i in embeds, cfg.unet_skips and i in skips), []).append(i)
+    return kinds
+
+
 def count_parameters(cfg: ModelConfig) -> ParameterCount:
-    """Blocks 1..L-1 have the same parameters, so a two-block model on the meta device
-    stands for all of them: a 1,024-block stack is counted as fast as a 2-block one.
-    Block 0 is counted apart (with value_residual it has no mix of its own)."""
-    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 2)))
-    last = f"blocks.{min(cfg.n_layers, 2) - 1}."
+    """Blocks of one kind (`block_kinds`) have the same parameters, so one block of each,
+    built alone on the meta device, stands for all of its kind, and a one-block model for
+    the parameters outside the blocks (their sizes do not depend on L): a 1,024-block
+    stack is counted as fast as a 2-block one. The last block is the one shown per block."""
+    last = cfg.n_layers - 1
+    blocks = []
+    for layers in block_kinds(cfg).values():
+        layer = last if last in layers else layers[0]
+        with torch.device("meta"):
+            block = Block(cfg, layer)
+        blocks += [(f"blocks.{layer}.{name}", p.numel(), len(layers))
+                   for name, p in block.named_parameters()]
+    named: list[tuple[str, int, int]] = []  # in the model's order: the blocks where they sit
+    top = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 3)))  # 3: backout is valid
+    for name, p in top.named_parameters():
+        if not name.startswith("blocks."):
+            named.append((name, p.numel(), 1))
+        elif blocks:
+            named, blocks = named + blocks, []
     by_component: dict[str, int] = {}
-    block: dict[str, int] = {"attention": 0, "ffn": 0, "norm": 0}  # + residual where it learns
+    block_count: dict[str, int] = {"attention": 0, "ffn": 0, "norm": 0}  # + residual where it learns
     by_stage: dict[str, int] = {}
     stage_totals: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        key, stage, n = component_of(name), stage_of(name), p.numel()
-        copies = 1
-        if name.startswith("blocks.") and not name.startswith("blocks.0."):
-            copies = cfg.n_layers - 1
+    for name, n, copies in named:
+        key, stage = component_of(name), stage_of(name)
         by_component[key] = by_component.get(key, 0) + n * copies
         stage_totals[stage] = stage_totals.get(stage, 0) + n * copies
-        if name.startswith(last) or not name.startswith("blocks."):
+        is_last = name.startswith(f"blocks.{last}.")
+        if is_last or not name.startswith("blocks."):
             by_stage[stage] = by_stage.get(stage, 0) + n
-        if name.startswith(last):
-            block[key] = block.get(key, 0) + n
-    block["total"] = sum(block.values())
-    return ParameterCount(by_component, block, by_stage, stage_totals)
+        if is_last:
+            block_count[key] = block_count.get(key, 0) + n
+    block_count["total"] = sum(block_count.values())
+    return ParameterCount(by_component, block_count, by_stage, stage_totals)
 
 
 @dataclass(frozen=True)
@@ -112,10 +146,11 @@ def build_meta(cfg: ModelConfig) -> Transformer:
 
 
 def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
-    """Parameters from `count_parameters`; shapes traced through two blocks, which stand
-    for all of them (a 1,024-block stack is described as fast as a 2-block one)."""
+    """Parameters from `count_parameters`; shapes traced through a stack of at most three
+    blocks, whose first stands for all of them (a 1,024-block stack is described as fast
+    as a 2-block one)."""
     count = count_parameters(cfg)
-    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 2)))
+    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 3)))  # 3: backout is valid
 
     block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
                     "hook_resid_post"]

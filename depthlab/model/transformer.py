@@ -26,6 +26,15 @@ from depthlab.model.attention import (
 from depthlab.model.ffn import make_ffn
 from depthlab.model.norms import NORM_CLASSES, make_norm
 from depthlab.model.residual import RESIDUAL_PARAMETERS, make_residual
+from depthlab.model.shortcuts import (
+    SHORTCUT_PARAMETERS,
+    EmbedShortcuts,
+    backout,
+    has_embed_shortcuts,
+    logit_softcap,
+    unet_skip,
+    x0_mix,
+)
 
 # Which of a sublayer's three optional norm slots each placement fills:
 #   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
@@ -63,20 +72,24 @@ class Block(nn.Module):
         self.mlp = make_ffn(cfg)
         # How each write enters the stream (depthlab.model.residual): one module per write.
         self.attn_residual, self.mlp_residual = make_residual(cfg), make_residual(cfg)
+        # Stream shortcuts applied to the block's input by the model (depthlab.model.shortcuts):
+        self.x0_mix = x0_mix(cfg, layer)  # x <- resid * x + x0 * x0
+        self.unet_skip = unet_skip(cfg, layer)  # x <- x + w * (output of the mirrored block)
         for name in ("resid_pre", "attn_in", "attn_out", "attn_write", "resid_mid",
                      "mlp_in", "mlp_out", "mlp_write", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The new stream, and layer 0's V for the value residual (see Attention)."""
+                tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The new stream, and layer 0's V for the value residual (see Attention); tokens:
+        the ids [B, T], for a value embedding."""
         x = self.hook_resid_pre(x)
 
         # Attention sublayer: read the stream, transform, write back.
         h = self.attn_residual.read(x)
         h = self.hook_attn_in(self.norm_in(self.attn_norm_in, h))
-        h, v_first = self.attn(h, rope, cache, v_first)
+        h, v_first = self.attn(h, rope, cache, v_first, tokens)
         h = self.hook_attn_out(self.attn_norm_out(h) if self.attn_norm_out else h)
         write = self.hook_attn_write(self.attn_residual.scale(h))
         x = self.attn_residual(x, write)  # x + write, or the variant chosen by model.residual
@@ -113,9 +126,12 @@ class Transformer(HookedModule):
             nn.Embedding(cfg.context_len, cfg.d_model) if cfg.position == "learned" else None
         )
         self.hook_embed = HookPoint()
+        # smear and x0_mix's norm, between the embedding and the first block: x0
+        self.embed_shortcuts = EmbedShortcuts(cfg) if has_embed_shortcuts(cfg) else None
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         for i, block in enumerate(self.blocks):  # for residuals whose init depends on depth
             block.attn_residual.write_index, block.mlp_residual.write_index = 2 * i, 2 * i + 1
+        self.backout = backout(cfg)  # x <- x - lambda * x_mid before the final norm
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm else None
         self.hook_final = HookPoint()
         self._rope_tables: dict = {}
@@ -172,12 +188,13 @@ class Transformer(HookedModule):
         """Residual stream [B, T, D] -> logits [B, T, V]."""
         x = self.hook_final(self.final_norm(x) if self.final_norm else x)
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(x, weight)  # x @ weight.T
+        return logit_softcap(F.linear(x, weight), self.cfg.logit_softcap)  # x @ weight.T
 
     def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None,
                 cache: KVCache | None = None, logits_to_keep: int = 0) -> torch.Tensor:
-        """Logits [B, T, V] for token ids [B, T], or for a residual stream given as `embeds`.
+        """Logits [B, T, V] for token ids [B, T], or for a residual stream given as `embeds`
+        (with model.value_embeds, the ids too: the value embeddings look them up).
 
         positions: each token's position, [T] or [B, T] (any offset, per row); default
           0..T-1, or after the cached tokens when `cache` is given.
@@ -190,13 +207,30 @@ class Transformer(HookedModule):
         x = self.embed(idx, start, positions) if embeds is None else embeds
         n_tokens = x.shape[1]
         rope = self.rope(n_tokens, x, start, positions)
+        if self.embed_shortcuts is not None:  # smear reads the token before, cached or not
+            prev = None if cache is None or cache.length == 0 else cache.prev_embed
+            x, last = self.embed_shortcuts(x, prev)
+            if cache is not None:
+                cache.prev_embed = last
+        x0 = x  # x0_mix: what every block's input mixes back in
         x = self.blocks[0].attn_residual.open(x)  # one stream, or the residual's own layout
         v_first = None  # value_residual: layer 0's V, passed on to every later block
+        outputs, x_mid = [], None  # unet_skips: block outputs; backout: the middle one's
         for i, block in enumerate(self.blocks):
-            x, v_first = block(x, rope, None if cache is None else cache.layer(i), v_first)
+            if block.x0_mix is not None:
+                x = block.x0_mix(x, x0)
+            if block.unet_skip is not None:
+                x = block.unet_skip(x, outputs[block.unet_skip.source])
+            x, v_first = block(x, rope, None if cache is None else cache.layer(i), v_first, idx)
+            if self.cfg.unet_skips:
+                outputs.append(x)
+            if self.backout is not None and i == self.backout.layer:
+                x_mid = x
         if cache is not None:
             cache.length += n_tokens
         x = self.blocks[-1].mlp_residual.close(x)
+        if self.backout is not None:
+            x = self.backout(x, x_mid)
         return self.unembed(x[:, -logits_to_keep:] if logits_to_keep else x)
 
 
@@ -210,12 +244,14 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
     into the residual stream get `ModelConfig.out_proj_std` (with `scaled_init`,
     init_std * gain / sqrt(2L): GPT-2, Radford et al. 2019), each times the residual's
     `init_scale` for it (deepnorm's beta). Biases start at 0; norms and residuals with
-    parameters start at their own identity values, value-residual lambdas at theirs.
+    parameters start at their own identity values, value-residual lambdas and the stream
+    shortcuts' scalars, gates and tables at theirs (depthlab.model.shortcuts).
     """
     cfg = model.cfg if gain is None else replace(model.cfg, init_gain=gain)
     std, out_std = cfg.init_std * cfg.init_gain, cfg.out_proj_std
     residual = model.blocks[0].attn_residual
-    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, ValueResidual)
+    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, ValueResidual,
+                  *SHORTCUT_PARAMETERS)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             base = residual.init_base(module, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)

@@ -95,7 +95,7 @@ def _probe(req: RealRequest) -> RealResult:
     x.requires_grad_()  # so the gradient arriving at the bottom sublayer is recorded too
     reads, writes = stream_sites(req.model.n_layers)
     # Loss: a fixed random readout of the logits, so only the stack shapes the gradient.
-    _, cache = model.run_with_cache(embeds=x, names=list(dict.fromkeys(reads + writes)),
+    _, cache = model.run_with_cache(idx, embeds=x, names=list(dict.fromkeys(reads + writes)),
                                     grad_of=lambda logits: (logits * readout).sum())
     m = stream_measures(cache, req.model.n_layers, x)
     return RealResult(req, tuple(m["sublayers"]), tuple(m["grad_norm"]), tuple(m["per_layer"]),

@@ -12,6 +12,10 @@ Two sublayer forms, weights ~ normal(0, g^2 / fan_in), 6 tokens of width 16, flo
   Causal averaging of 6 tokens contracts the spread by 1/2 per layer once the pattern
   is flat (the second eigenvalue of the uniform causal average), the lesson's rate.
 
+With `x0_mix`, the stream starts at the input normalised to RMS 1 (x0) and every layer's
+input is resid_l * x + x0_l * x0 with the model's init (1.15 -> 1.05, 0.20 -> 0.05 over
+the depth; depthlab.model.shortcuts), once per layer as the model mixes once per block.
+
 The improved stack is wired with the model's own switches and modules, so there is one
 write rule, the one of `Block.forward`:
 
@@ -54,8 +58,10 @@ from depthlab.config import ModelConfig
 from depthlab.errors import UserError
 from depthlab.model.norms import make_norm
 from depthlab.model.residual import RESIDUAL_BUILDERS, RESIDUAL_PARAMETERS, Residual
+from depthlab.model.shortcuts import x0_mix_init
 from depthlab.probes.jsonsafe import json_list, json_number
 from depthlab.probes.simulator_bounds import (
+    HISTORY_RESIDUALS,
     MAX_DEPTH,
     MAX_GAIN,
     NORMS,
@@ -101,6 +107,7 @@ class StackRequest:
     residual: str = "none"  # a name of depthlab.model.residual's registry
     norm: str = "none"  # none | rmsnorm on each sublayer's input
     ffn: bool = False  # collapse mode only: a tanh FFN after every attention sublayer
+    x0_mix: bool = False  # before every layer x <- resid_l x + x0_l x0 (model.x0_mix)
     seed: int = 0
     tokens: int = 6
     width: int = 16  # small, like the page's simulator; 64+ smooths seed-to-seed spread
@@ -113,6 +120,9 @@ class StackRequest:
         _check("residual", self.residual in residual_choices(),
                "one of " + ", ".join(residual_choices()), self.residual)
         _check("norm", self.norm in NORMS, "one of " + ", ".join(NORMS), self.norm)
+        _check("x0_mix", isinstance(self.x0_mix, bool) and not (
+            self.x0_mix and self.residual in WIDE_RESIDUALS + HISTORY_RESIDUALS),
+            "false with a residual that widens the stream (it mixes one stream)", self.x0_mix)
         _check("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**31,
                "an integer >= 0", self.seed)
         _check("tokens", isinstance(self.tokens, int) and 2 <= self.tokens <= 256,
@@ -122,7 +132,7 @@ class StackRequest:
 
     def naive(self) -> StackRequest:
         """The naive stack x <- F(x) with the same N, g, seed and sizes."""
-        return replace(self, residual="none", norm="none")
+        return replace(self, residual="none", norm="none", x0_mix=False)
 
     @property
     def writes(self) -> int:
@@ -141,7 +151,7 @@ class StackRequest:
     def label(self) -> str:
         """The switches that differ from the naive stack, e.g. "plain+rmsnorm"; "naive" if none."""
         on = [v for v in (self.residual, self.norm) if v != "none"]
-        return "+".join(on) or "naive"
+        return "+".join(on + (["x0"] if self.x0_mix else [])) or "naive"
 
     def to_json(self) -> dict:
         return asdict(self) | {"write_scale": self.config().write_scale}
@@ -366,6 +376,14 @@ class Wiring:
     def open(self, x: torch.Tensor) -> torch.Tensor:
         return self.residuals[0].open(x)
 
+    def mix(self, layer: int, depth: int, x: torch.Tensor, x0: torch.Tensor | None) -> torch.Tensor:
+        """model.x0_mix before layer `layer` of `depth`: resid * x + x0 * x0 with the
+        model's init (depthlab.model.shortcuts.x0_mix_init); x itself when x0 is None."""
+        if x0 is None:
+            return x
+        resid, embed = x0_mix_init(layer, depth)
+        return resid * x + embed * x0
+
     def close(self, stream: torch.Tensor) -> torch.Tensor:
         return self.residuals[-1].close(stream)
 
@@ -392,6 +410,12 @@ def wiring(cfg: ToyConfig) -> Wiring:
     return Wiring(cfg)
 
 
+def _x0(x: torch.Tensor) -> torch.Tensor:
+    """model.x0_mix's x0: each token's input vector normalised to RMS 1 (no scale, no eps
+    worth the name: the toy tokens have RMS ~1)."""
+    return x * x.pow(2).mean(dim=-1, keepdim=True).add(NORM_EPS).rsqrt()
+
+
 # ---- gradient reach ----------------------------------------------------------------------
 
 def _gradient_batch(req: StackRequest, gains: torch.Tensor,
@@ -405,13 +429,16 @@ def _gradient_batch(req: StackRequest, gains: torch.Tensor,
     g = gains.to(DTYPE).view(-1, 1, 1)
     wired = wiring(replace(req, ffn=False).config())
     x = wired.open(_inputs(req).expand(len(gains), -1, -1))
+    x = _x0(x) if req.x0_mix else x  # x0_mix: the stream starts at x0, as the model's does
     inputs, rms = [], [_rms(wired.close(x))]
     states, writes = trail if trail is not None else ([], [])
     with torch.enable_grad():
+        x = x.detach().requires_grad_()
+        x0 = x if req.x0_mix else None  # mixed into every layer's input
         for layer in range(req.depth):
+            x = wired.mix(layer, req.depth, x, x0)
             if trail is not None and layer <= TRAIL_WRITES:
                 states.append(wired.close(x)[0].detach())
-            x = x.detach().requires_grad_() if layer == 0 else x
             x.retain_grad()
             inputs.append(x)
             record = writes if trail is not None and layer < TRAIL_WRITES else None
@@ -475,12 +502,15 @@ def token_collapse(req: StackRequest) -> CollapseResult:
     w = req.gain * _unit_weights(gen, per_layer * req.depth, req.width)
     wired = wiring(req.config())
     x = wired.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
+    x = _x0(x) if req.x0_mix else x  # x0_mix: the stream starts at x0, as the model's does
     states = [wired.close(x)[0]]
     trail = [states[0]]  # the read-out after every write (with FFNs, two per layer)
     writes: list[torch.Tensor] = []
+    x0 = x if req.x0_mix else None
     with torch.no_grad():
         k = 0
         for layer in range(req.depth):
+            x = wired.mix(layer, req.depth, x, x0)
             wq, wk, wv, *ffn = w[per_layer * layer: per_layer * (layer + 1)]
             for sublayer, weights in ((_attention_sublayer, (wq, wk, wv)), (_tanh_sublayer, ffn)):
                 if not weights:

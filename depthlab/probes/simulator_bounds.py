@@ -26,6 +26,8 @@ POST_NORM_RESIDUALS = keys_where(lambda s: s.norm_slot == "post")
 # The copies of the stream the toy stack gives a residual of config.WIDE_RESIDUALS
 # (hyper-connections): DeepSeek-V4's hc_mult and the residual-frontier experiment's n.
 SIM_STREAMS = 4
+# Residuals whose stream is the history of writes (attnres): x0 mixing does not apply.
+HISTORY_RESIDUALS = keys_where(lambda s: s.widens == "history")
 
 
 def norm_slot(residual: str) -> str:

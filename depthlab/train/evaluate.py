@@ -16,7 +16,7 @@ from depthlab.probes.stream import training_probe
 from depthlab.progress import Progress
 from depthlab.tokenizer import TokenData
 from depthlab.train import batches, runtime
-from depthlab.train.measures import input_dependence
+from depthlab.train.measures import input_dependence, shortcut_values
 from depthlab.train.setup import LoopState, Run
 from depthlab.train.step import lm_loss
 
@@ -38,9 +38,10 @@ def evaluate(model: Transformer, data: TokenData, cfg: Config, rt: runtime.Runti
 def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any]:
     """A probe line's values on the batch (x, y): the stream and gradient reading of
     `depthlab.probes.stream.training_probe` and how much the predictions depend on the
-    input. The .grad fields stay untouched."""
+    input, and the stream shortcuts' learned scalars and gates where the model has them.
+    The .grad fields stay untouched."""
     logits, values = training_probe(model, x, y, lm_loss)
-    return {**values, "input_dependence": input_dependence(logits)}
+    return {**values, "input_dependence": input_dependence(logits), **shortcut_values(model, x)}
 
 
 def log_probe(run: Run, step: int) -> None:

@@ -5,7 +5,11 @@ densely at the start of a run and every `probe_every` steps after that.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from depthlab.model.shortcuts import GATE_HOOKS, learned_values
 
 DENSE_PROBES = 10  # probes within the first probe_every steps
 
@@ -25,3 +29,24 @@ def input_dependence(logits: torch.Tensor) -> float:
     predictions share no mass with their average."""
     p = logits.detach().float().softmax(-1).flatten(0, -2)  # [positions, vocab]
     return (0.5 * (p - p.mean(0)).abs().sum(-1)).mean().item()
+
+
+@torch.no_grad()
+def shortcut_values(model: torch.nn.Module, x: torch.Tensor) -> dict[str, Any]:
+    """The stream shortcuts' learned scalars (depthlab.model.shortcuts.learned_values) and
+    the mean of their input-dependent gates on the batch x: smear's, and each value
+    embedding's per layer (None on layers without one). {} for a model without them."""
+    values: dict[str, Any] = learned_values(model)
+    hooks = set(model.hook_names())
+    smear = GATE_HOOKS["smear_gate"]
+    layers = [GATE_HOOKS["value_embed_gate"].format(i=i) for i in range(len(model.blocks))]
+    wanted = [n for n in (smear, *layers) if n in hooks]
+    if not wanted:
+        return values
+    _, cache = model.run_with_cache(x, names=wanted)
+    if smear in cache:
+        values["smear_gate"] = cache[smear].float().mean().item()
+    if any(n in cache for n in layers):
+        values["value_embed_gate"] = [cache[n].float().mean().item() if n in cache else None
+                                      for n in layers]
+    return values

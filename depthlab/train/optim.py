@@ -12,17 +12,20 @@ import torch
 from torch import nn
 
 from depthlab.config import TrainConfig
+from depthlab.model.shortcuts import NO_DECAY_PARTS
 
 
 def param_groups(model: nn.Module, tc: TrainConfig) -> list[dict]:
-    """Weight decay on matrices only: norms' scales, biases and (unless
-    train.decay_embeddings) the embeddings keep their values."""
+    """Weight decay on matrices only: norms' scales, biases, the stream shortcuts' scalars
+    and gates and (unless train.decay_embeddings) the embeddings, value embeddings
+    included, keep their values."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        is_embedding = name.startswith(("embed_tokens", "pos_embed"))
-        if p.ndim < 2 or (is_embedding and not tc.decay_embeddings):
+        is_embedding = name.startswith(("embed_tokens", "pos_embed")) or ".value_embed.table" in name
+        is_gate = any(part in name for part in NO_DECAY_PARTS)
+        if p.ndim < 2 or is_gate or (is_embedding and not tc.decay_embeddings):
             no_decay.append(p)
         else:
             decay.append(p)
