@@ -22,14 +22,15 @@ with one value per layer, on any line kind) are drawn per layer over steps.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from depthlab.config import Config
 from depthlab.errors import ConfigError, UserError
 from depthlab.experiments.analysis import by_arm, loss_charts, mean_curve
 from depthlab.experiments.baselines import baselines
-from depthlab.experiments.reference_gpt import train_reference
 from depthlab.experiments.report import (
     BLUE,
     GREEN,
@@ -149,6 +150,14 @@ def arm_config(base: Config, arm: Arm, p: Plan) -> Config:
     except ConfigError as e:
         raise UserError(f"speedrun arm {arm.name!r} ({' '.join(arm.overrides)}) is not "
                         f"available in this build: {e}") from None
+
+
+def train_reference(cfg: Config, run_dir: Path) -> None:
+    """The reference run's trainer (RunSpec.trainer); torch loads only when it runs, so
+    listing the experiments stays torch-free."""
+    from depthlab.experiments import reference_gpt
+
+    reference_gpt.train_reference(cfg, run_dir)
 
 
 def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
@@ -428,10 +437,11 @@ def learned_charts(arms: dict[str, list[RunResult]]) -> list[dict]:
         for key, (steps, layers) in sorted(learned_series(runs).items()):
             lines = [series(f"layer {i}", steps, ys, COLORS[i % len(COLORS)])
                      for i, ys in enumerate(layers)]
-            charts.append(chart(f"learned_{arm}_{key}", phrase(
-                "speedrun.chart.learned", key=key,
+            ident = re.sub(r"[^A-Za-z0-9]+", "_", f"learned_{arm}_{key}")  # a file name
+            charts.append(chart(ident, phrase(
+                "speedrun.chart.learned", name=key,
                 arm=arm_words(arm, steps=runs[0].spec.cfg.train.steps)),
-                phrase("axis.step"), phrase("speedrun.axis.value", key=key), lines))
+                phrase("axis.step"), phrase("speedrun.axis.value", name=key), lines))
     return charts
 
 
@@ -440,7 +450,7 @@ def learned_sentences(arms: dict[str, list[RunResult]]) -> list[Text]:
     for runs in arms.values():
         for key, (steps, layers) in sorted(learned_series(runs).items()):
             spec = runs[0].spec
-            out.append(phrase("speedrun.learned", key=key,
+            out.append(phrase("speedrun.learned", name=key,
                               arm=arm_words(spec.arm, steps=spec.cfg.train.steps),
                               step=steps[-1],
                               values=" / ".join(f"{ys[-1]:.3f}" for ys in layers),
