@@ -193,6 +193,9 @@ def cpu_at(run: RunResult) -> dict[int, float]:
     """Step -> CPU seconds of the optimizer steps up to it, at every train line."""
     total, out = 0.0, {0: 0.0}
     for rec in run.of("train"):
+        if "cpu_s" not in rec:
+            raise UserError(f"{run.run_dir}: its train lines carry no cpu_s (it was trained "
+                            "before they did); pass --rerun to train it again")
         total += rec["cpu_s"]
         out[rec["step"]] = total
     return out
