@@ -116,7 +116,12 @@ PLANS = {"micro": Plan(6, 12, 2), "quick": Plan(500, 500, 25),
 
 
 def plan(b: Budget) -> Plan:
-    return PLANS.get(b.name, PLANS["standard"])
+    """The budget's plan; a budget without one (full, for a GPU, where process CPU time
+    misses the device's work) is refused in one line."""
+    if b.name not in PLANS:
+        raise UserError(f"--budget {b.name}: speedrun races CPU time on one thread; choose "
+                        f"one of: {', '.join(PLANS)}")
+    return PLANS[b.name]
 
 
 def reference_config(base: Config, b: Budget) -> Config:
