@@ -1,8 +1,9 @@
 """depthlab's training step against minimal reference loops, side by side in one process.
 
-The reference is the tightest GPT-2-style loop we can write by hand (nanoGPT's shape):
-one fused QKV nn.Linear, F.scaled_dot_product_attention, F.layer_norm, tanh GELU,
-learned positions, tied head, fused AdamW, clip_grad_norm_. depthlab's step is what
+The reference is nanoGPT's model (depthlab.experiments.reference_gpt, the one the
+speedrun experiment trains): one fused QKV nn.Linear, F.scaled_dot_product_attention,
+LayerNorm, learned positions, tied head; here with biases and tanh GELU, as the gpt2
+preset has them, and fused AdamW, clip_grad_norm_. depthlab's step is what
 `depthlab train` runs per step (its batches, loss, clipping, AdamW from make_optimizer),
 with the gpt2 preset (the same architecture and FLOPs). A second reference computes the
 course model's block the same tight way (F.rms_norm, RoPE from a precomputed table, one
@@ -28,6 +29,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -35,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.experiments.reference_gpt import RefGPT
 from depthlab.model import Transformer
 from depthlab.presets import get_preset
 from depthlab.train import batches
@@ -42,41 +45,6 @@ from depthlab.train.optim import lr_at, make_optimizer
 from depthlab.train.step import lm_loss
 
 VOCAB = 65  # tiny-shakespeare's characters
-
-
-class RefBlock(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.fc_proj = nn.Linear(4 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, D = x.shape
-        h = F.layer_norm(x, (D,), self.ln1.weight, self.ln1.bias)
-        q, k, v = self.qkv(h).view(B, T, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(B, T, D))
-        h = F.layer_norm(x, (D,), self.ln2.weight, self.ln2.bias)
-        return x + self.fc_proj(F.gelu(self.fc(h), approximate="tanh"))
-
-
-class RefGPT(nn.Module):
-    def __init__(self, vocab: int, ctx: int, d: int, layers: int, heads: int) -> None:
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
-        self.blocks = nn.ModuleList(RefBlock(d, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.blocks:
-            x = block(x)
-        x = F.layer_norm(x, (x.shape[-1],), self.ln_f.weight, self.ln_f.bias)
-        return x @ self.wte.weight.T
 
 
 class RefCourseBlock(nn.Module):
@@ -124,7 +92,12 @@ class RefCourse(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.norm, 1e-5) @ self.wte.weight.T
 
 
-def reference_step(arch: type[nn.Module], d: int, layers: int, heads: int, ctx: int,
+def gpt2_shaped(vocab: int, ctx: int, d: int, layers: int, heads: int) -> RefGPT:
+    """nanoGPT's model with the gpt2 preset's biases and tanh GELU (the same FLOPs)."""
+    return RefGPT(vocab, ctx, d, layers, heads, bias=True, gelu="tanh")
+
+
+def reference_step(arch: Callable[..., nn.Module], d: int, layers: int, heads: int, ctx: int,
                    batch: int, data: np.ndarray):
     torch.manual_seed(0)
     model = arch(VOCAB, ctx, d, layers, heads)
@@ -185,7 +158,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)
     shape = (args.d_model, args.layers, args.heads, args.context, args.batch)
-    loops = {"reference gpt2": reference_step(RefGPT, *shape, data),
+    loops = {"reference gpt2": reference_step(gpt2_shaped, *shape, data),
              "depthlab gpt2": depthlab_step("gpt2", *shape, data),
              "reference course": reference_step(RefCourse, *shape, data),
              "depthlab course": depthlab_step("course", *shape, data)}

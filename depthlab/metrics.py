@@ -3,7 +3,10 @@ so a run can be charted while it trains.
 
 Every line has "kind" and "time" (unix seconds); kinds and their other keys:
     run_start  step, steps, world_size, device, resumed_from (step or null)
-    train      step, tokens, loss, lr, grad_norm (before clipping), tokens_per_s
+    train      step, tokens, loss, lr, grad_norm (before clipping), tokens_per_s, cpu_s
+               (process CPU seconds of the optimizer steps since the previous train line
+               of this invocation: evaluation, probes and checkpoints left out; their sum
+               up to a step is the CPU time training took to reach it, resumes included)
     eval       step, tokens, val_loss (on windows spread over the whole val split,
                batches.eval_offsets)
     probe      step, resid_rms (2L+1 values: embedding, then after each write),

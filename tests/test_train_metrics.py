@@ -4,7 +4,7 @@ same command must give the same metrics.jsonl.
 
 EXPECTED was produced on that commit by running `run_short` below (tiny preset, tiny
 corpus, torch at one thread on CPU) and dropping the keys that are wall-clock readings
-(time, tokens_per_s, elapsed_s) or machine facts (device). The run crosses every branch
+(time, tokens_per_s, cpu_s, elapsed_s) or machine facts (device). The run crosses every branch
 of the loop's bookkeeping: gradient accumulation, logging every 2 steps, evaluation and
 probes every 3 (with the dense early probes), checkpoints every 4 and the last step.
 """
@@ -16,7 +16,7 @@ from train_helpers import cache, config  # noqa: F401 (cache: autouse fixture)
 from depthlab.metrics import read_metrics
 from depthlab.train import train
 
-CLOCK_KEYS = {"time", "tokens_per_s", "elapsed_s", "device"}
+CLOCK_KEYS = {"time", "tokens_per_s", "cpu_s", "elapsed_s", "device"}
 
 EXPECTED = [
     {"kind": "run_start", "step": 0, "steps": 6, "world_size": 1, "resumed_from": None},

@@ -65,7 +65,8 @@ def check_grid(specs: list[RunSpec], runs_root: Path, rerun: bool) -> set[str]:
 
 
 def grid_hash(specs: list[RunSpec]) -> str:
-    joined = "\n".join(f"{s.name} {config_hash(s.cfg)} {s.init_only}" for s in specs)
+    joined = "\n".join(f"{s.name} {config_hash(s.cfg)} {s.init_only}" + (
+        f" {s.trainer.__module__}.{s.trainer.__qualname__}" if s.trainer else "") for s in specs)
     return hashlib.sha256(joined.encode()).hexdigest()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from depthlab.config import diff, flatten
@@ -113,16 +114,26 @@ def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
     torch.manual_seed(tc.seed)
     model = Transformer(cfg.model)
     x, y = batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, torch.device("cpu"))
-    with Claim(run_dir):
-        if survey(run_dir).kind == RUN:
-            remove_leftovers(run_dir)
-        clear_run(run_dir, "--rerun")
-        write_marker(run_dir, RUN)
+
+    def measure() -> None:
         write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
         with MetricsWriter(run_dir) as log:
             log.log("run_start", step=0, steps=0, world_size=1, device="cpu", resumed_from=None)
             log.log("probe", step=0, **probe(model, x, y))
             log.log("run_end", step=0, status="completed", message="measured at initialisation")
+
+    own_run(run_dir, measure)
+
+
+def own_run(run_dir: Path, make: Callable[[], None]) -> None:
+    """Empty run_dir (locked, marked as a run) and let `make` write it from scratch: the
+    runs the experiment makes itself rather than through depthlab.train."""
+    with Claim(run_dir):
+        if survey(run_dir).kind == RUN:
+            remove_leftovers(run_dir)
+        clear_run(run_dir, "--rerun")
+        write_marker(run_dir, RUN)
+        make()
 
 
 def run_experiment(
@@ -187,6 +198,10 @@ def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], statu
             if spec.init_only:
                 init_probe_run(spec, run_dir)
                 bar.report(i + 1, run=f"{spec.name} measured at init")
+                continue
+            if spec.trainer is not None:
+                own_run(run_dir, partial(spec.trainer, spec.cfg, run_dir))
+                bar.report(i + 1, run=f"{spec.name} trained by {spec.trainer.__module__}")
                 continue
             train_run(spec, run_dir, f"{name} {i + 1}/{len(specs)} {spec.name}",
                       spec.name in stale, status, bar, i + 1, progress, say)

@@ -83,6 +83,9 @@ class RunSpec:
     cfg: Config
     label: str  # legend text
     init_only: bool = False  # measured at initialisation, no training
+    # trains the run instead of depthlab.train: (config, empty run directory) -> a run
+    # directory with the trainer's metric log (the speedrun experiment's reference loop)
+    trainer: Callable[[Config, Path], None] | None = None
 
     @property
     def name(self) -> str:

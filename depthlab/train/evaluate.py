@@ -66,7 +66,9 @@ def log_train(run: Run, st: LoopState, lr: float, bar: Progress | None,
     tc, loss = run.cfg.train, run.reads.loss
     if st.step % tc.log_every == 0 or st.step == tc.steps:
         run.writer.log("train", step=st.step, tokens=st.step * run.tokens_per_step, loss=loss,
-                       lr=lr, grad_norm=run.reads.grad_norm, tokens_per_s=st.rate)
+                       lr=lr, grad_norm=run.reads.grad_norm, tokens_per_s=st.rate,
+                       cpu_s=round(st.cpu_s, 6))
+        st.cpu_s = 0.0
     if bar is not None:
         bar.report(st.step, loss=loss, tokens_per_s=st.rate)
     if on_step is not None:

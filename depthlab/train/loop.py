@@ -153,7 +153,7 @@ def _one_step(run: Run, st: LoopState, stop: runtime.StopSignals, max_steps: int
               bar: Progress | None, on_step: Callable | None) -> bool:
     """Train, log, evaluate, probe and save step st.step + 1; True when the loop ends."""
     tc = run.cfg.train
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = train_step(run, st.step)
     out_of_budget = max_steps is not None and st.step + 1 - run.start_step >= max_steps
     read_now = run.reads.every_step or out_of_budget or _values_needed(st.step + 1, run)
@@ -163,6 +163,7 @@ def _one_step(run: Run, st: LoopState, stop: runtime.StopSignals, max_steps: int
         return True
     st.step += 1
     st.busy_s += time.perf_counter() - t0
+    st.cpu_s += time.process_time() - cpu0
     st.run_tokens += run.tokens_per_step
     if read_now:
         st.rate = (st.step - st.rate_from) * run.tokens_per_step / st.busy_s

@@ -68,6 +68,7 @@ class LoopState:
     rate_from: int = 0
     busy_s: float = 0.0  # time spent in steps since the last read
     run_tokens: int = 0  # tokens trained on in this invocation
+    cpu_s: float = 0.0  # process CPU seconds in optimizer steps since the last train line
 
 
 def resolve_config(cfg: Config, data: TokenData) -> Config:
