@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from depthlab.config import Config
+from depthlab.metrics import MetricsWriter
+from depthlab.rundir import write_config
 
 
 class Block(nn.Module):
@@ -96,8 +98,6 @@ def train_reference(cfg: Config, run_dir: Path) -> None:
     steps (with cpu_s, the process CPU seconds of the steps since the line before),
     eval lines every eval_every steps and at the end, run_end. No checkpoints: an
     interrupted reference is trained again, a minute or two at the standard budget."""
-    from depthlab.metrics import MetricsWriter
-    from depthlab.rundir import write_config
     from depthlab.tokenizer import prepare_data
     from depthlab.train import batches, resolve_config
     from depthlab.train.evaluate import evaluate
