@@ -34,6 +34,7 @@ NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sq
 WIDE_RESIDUALS = keys_where(lambda s: s.widens == "copies")  # they carry model.streams copies
 MAX_STREAMS = 16
 FFNS = variants.FFNS
+OPTIMIZERS = ("adamw", "muon")
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
@@ -187,6 +188,12 @@ class TrainConfig:
     threads: int = 0  # 0: choose automatically
     log_every: int = 10  # a `train` line in metrics.jsonl every N steps (and at the last)
     decay_embeddings: bool = False  # weight decay on token/position embeddings
+    # muon: Muon (torch.optim.Muon) on the blocks' hidden matrices, AdamW on the rest
+    # (depthlab.train.optim). Muon's peak lr and momentum are nanochat's (matrix_lr 0.02,
+    # momentum 0.95); the schedule scales both peaks alike.
+    optimizer: str = "adamw"
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -445,12 +452,16 @@ def _in_range(name: str, value: float, low: float, high: float, closed: str, why
 
 
 def _check_optimizer(t: TrainConfig) -> None:
-    """AdamW's and the schedule's fields, each in the range where it means what it says."""
+    """AdamW's, Muon's and the schedule's fields, each in the range where it means what it says."""
     _in_range("train.lr", t.lr, 0, MAX_LR, "(]", "typical: 1e-4 .. 1e-2")
     _in_range("train.beta1", t.beta1, 0, 1, "[)", "AdamW's momentum; typical 0.9")
     _in_range("train.beta2", t.beta2, 0, 1, "()", "AdamW's second-moment decay; typical 0.95")
     _in_range("train.min_lr_ratio", t.min_lr_ratio, 0, 1, "[]",
               "the schedule decays from lr to min_lr_ratio * lr")
+    _one_of("train.optimizer", t.optimizer, OPTIMIZERS)
+    _in_range("train.muon_lr", t.muon_lr, 0, MAX_LR, "(]", "Muon's peak lr; typical 0.02")
+    _in_range("train.muon_momentum", t.muon_momentum, 0, 1, "[)",
+              "Muon's momentum; typical 0.95")
     if t.lr * t.weight_decay >= 1:  # AdamW multiplies each decayed weight by 1 - lr * wd
         raise ConfigError(f"train.weight_decay must be below 1 / train.lr = {1 / t.lr:g} (each "
                           f"step multiplies the weights by 1 - lr * weight_decay), got "

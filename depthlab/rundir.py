@@ -46,7 +46,8 @@ DERIVED_KEYS = frozenset({"model.vocab_size"})
 # before they existed: left out of the hash at that value, so a run trained before the
 # field existed keeps its hash and stays reusable.
 ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1,
-                "data.special_tokens": (), "data.separate_documents": False}
+                "data.special_tokens": (), "data.separate_documents": False,
+                "train.optimizer": "adamw", "train.muon_lr": 0.02, "train.muon_momentum": 0.95}
 
 
 def config_hash(cfg: Config) -> str:
