@@ -413,6 +413,7 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     if m.approx_params > MAX_PARAMS:
         raise ConfigError(f"this model has about {m.approx_params:.3g} parameters, more than "
                           f"the limit of {MAX_PARAMS:.3g}; shrink model.d_model, d_ff or vocab_size")
+    _check_residual_spec(m)
     if m.norm == "none":
         if m.placement != "pre":
             raise ConfigError(
@@ -426,16 +427,34 @@ def validate_model(m: ModelConfig) -> ModelConfig:
                     f"set model.{switch}=false or choose model.norm from: {', '.join(NORMS[1:])}"
                 )
     _check_frontier(m)
+    _check_ngpt(m)
     return m
 
 
-def _check_frontier(m: ModelConfig) -> None:
-    """Combinations the residual-frontier switches cannot make (their papers' setting)."""
+def _check_ngpt(m: ModelConfig) -> None:
+    """nGPT's s_u, s_v scalings are SwiGLU's (depthlab.model.ngpt); its norm=none is its
+    spec.s (`_check_residual_spec`)."""
+    if m.residual == "ngpt" and m.ffn != "swiglu":
+        raise ConfigError(f"model.residual='ngpt' scales SwiGLU's two inputs (s_u, s_v); "
+                          f"set model.ffn=swiglu, got {m.ffn!r}")
+
+
+def _check_residual_spec(m: ModelConfig) -> None:
+    """The placements and norms a residual's spec allows (their papers' setting); before
+    the norm checks, so a residual that allows only norm=none says so first."""
     spec = RESIDUAL_SPECS[m.residual]
     if spec.placements and m.placement not in spec.placements:
         raise ConfigError(f"model.residual={m.residual!r} is {spec.placement_why}; "
                           f"model.placement={m.placement!r} is not allowed, "
                           f"set model.placement={' or '.join(spec.placements)}")
+    if spec.norms and m.norm not in spec.norms:
+        raise ConfigError(f"model.residual={m.residual!r} {spec.norm_why}; model.norm={m.norm!r} "
+                          f"is not allowed, set model.norm={' or '.join(spec.norms)}"
+                          + (" and model.final_norm=false" if "none" in spec.norms else ""))
+
+
+def _check_frontier(m: ModelConfig) -> None:
+    """Combinations the residual-frontier switches cannot make (their papers' setting)."""
     if m.norm_scale == "depth" and (m.norm == "none" or m.placement not in ("pre", "sandwich")):
         raise ConfigError(f"model.norm_scale='depth' scales the pre-norms inside each block; it needs "
                           f"model.placement pre or sandwich and a model.norm, got "

@@ -22,7 +22,7 @@ from depthlab.progress import Progress
 from depthlab.train import runtime, setup
 from depthlab.train.evaluate import log_eval, log_probe, log_train
 from depthlab.train.measures import probe_due
-from depthlab.train.optim import describe_groups
+from depthlab.train.optim import describe_groups, ngpt_advice
 from depthlab.train.setup import LoopState, Run
 from depthlab.train.startup import agree_on_start, claim
 from depthlab.train.step import apply_step, train_step
@@ -105,6 +105,9 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     run = setup.start(cfg, run_dir, rt, data, model, optimizer, ckpt, fwd_hooks)
     if progress and rt.is_main:  # which parameters each optimizer steps
         print(describe_groups(model, optimizer), file=sys.stderr)
+    advice = ngpt_advice(cfg)
+    if advice and rt.is_main:
+        print(advice, file=sys.stderr)
     st = LoopState(step=run.start_step, saved_step=run.start_step if ckpt else None,
                    rate_from=run.start_step)
     loop_start = time.time()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from depthlab.config import TrainConfig
+from depthlab.config import Config, TrainConfig
 
 
 def param_groups(model: nn.Module, tc: TrainConfig,
@@ -150,3 +150,14 @@ def describe_groups(model: nn.Module, optimizer: Optimizer) -> str:
         lines.append(f"{label}: {len(params)} tensors, {sum(p.numel() for p in params):,} "
                      f"weights ({', '.join(shapes)})")
     return "\n".join(lines)
+
+
+def ngpt_advice(cfg: Config) -> str | None:
+    """One line when an nGPT run sets what its paper trains without (warmup, weight
+    decay: the weights are renormalised after every step); None otherwise."""
+    t = cfg.train
+    if cfg.model.residual != "ngpt" or (t.warmup_steps == 0 and t.weight_decay == 0):
+        return None
+    return (f"depthlab: note: model.residual=ngpt is trained without warmup or weight decay "
+            f"(Loshchilov et al. 2025); this run sets train.warmup_steps={t.warmup_steps}, "
+            f"train.weight_decay={t.weight_decay:g} (0 and 0 follow the paper)")

@@ -78,5 +78,6 @@ def apply_step(run: Run, step: int, result: StepResult, read_now: bool) -> tuple
         diverged = None if problem is None else (problem, done)
     if diverged:
         return diverged
+    run.model.after_optimizer_step()  # nGPT's weights back on the sphere
     run.optimizer.zero_grad(set_to_none=True)
     return None
