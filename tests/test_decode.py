@@ -107,6 +107,10 @@ def test_decode_step_matches_the_readable_forward_for_every_preset(preset, seed)
     ({"residual": "hc", "streams": 2}, "model.residual=hc, which the decode step does not"),
     ({"residual": "mhc", "streams": 4}, "model.residual=mhc, which the decode step does not"),
     ({"residual": "attnres"}, "model.residual=attnres, which the decode step does not"),
+    ({"residual": "ngpt", "norm": "none", "final_norm": False},
+     "model.residual=ngpt, which the decode step does not"),
+    ({"residual": "ngpt", "norm": "none", "final_norm": False, "n_kv_heads": 2},
+     "model.residual=ngpt, which the decode step does not"),  # s_qk after the K/V repeat
     ({"qk_norm": True, "norm": "layernorm"}, "QK-norm other than RMSNorm"),
 ])
 def test_models_the_step_does_not_handle_generate_the_same_tokens_on_the_readable_path(
