@@ -135,7 +135,7 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
                  "query w = 0 per write: every read starts as the mean of the earlier writes",
                  widens="history", params=lambda d, n: d,
                  wide_floats=lambda d, n, writes: writes * (writes + 1) * d),
-    ResidualSpec("ngpt", "x ← N(x + α·(N(F(h)) − x)), N(v) = v/‖v‖",
+    ResidualSpec("ngpt", "x ← N(x + α·(N(F(x)) − x)), N(v) = v/‖v‖",
                  "α = 0.05 per dimension (stored at 1/√d); embedding and every weight row "
                  "on the unit sphere, kept there after every step; no norm layers "
                  "(Loshchilov et al. 2025)",

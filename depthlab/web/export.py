@@ -21,7 +21,7 @@ from pathlib import Path
 from depthlab.atomic import atomic_write_text
 from depthlab.locales import LANGS, table
 from depthlab.outdir import writable_dir
-from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
 from depthlab.progress import Progress
 from depthlab.web import compute, lesson, realmodel
 from depthlab.web.runs import Runs
@@ -54,8 +54,10 @@ PATHS_GRID = {"n": (1, 2, 3, 4, 5, 8, 10, 16, 32, 64),
 
 
 def switches() -> list[dict]:
-    """Every value of the page's switches: each residual of the registry, each input norm."""
-    return [{"residual": r, "norm": n} for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)]
+    """Every value of the page's switches: each residual of the registry, each input norm
+    it allows (none only for a residual that keeps the stream normalised itself)."""
+    return [{"residual": r, "norm": n} for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)
+            if n == "none" or r not in NORM_FREE_RESIDUALS]
 
 
 def switch_key(sw: dict) -> str:
