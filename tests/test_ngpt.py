@@ -187,3 +187,14 @@ def test_renormalise_is_idempotent_on_the_sphere():
     renormalise(model)
     # a float32 vector already of norm 1 moves by at most a few units in the last place
     assert all(torch.allclose(before[k], v, rtol=0, atol=1e-6) for k, v in model.state_dict().items())
+
+
+def test_model_describe_counts_every_ngpt_parameter():
+    from depthlab.model.summary import count_parameters
+
+    cfg = replace(ModelConfig(n_layers=3), **NGPT)
+    count = count_parameters(cfg)
+    assert count.total == sum(p.numel() for p in Transformer(cfg).parameters())
+    # s_z with the head; alpha with the residual, one d-vector per write (its spec's count)
+    assert count.by_stage["lm_head"] == cfg.vocab_size
+    assert count.by_component["residual"] == 2 * cfg.n_layers * cfg.d_model

@@ -19,7 +19,7 @@ def component_of(param_name: str) -> str:
     name (residual: the learned scalars of residual variants such as rezero)."""
     if param_name.startswith(("embed_tokens", "pos_embed")):
         return "embedding"
-    if param_name.startswith("lm_head"):
+    if param_name.startswith(("lm_head", "logit_scale")):  # nGPT's s_z scales the head's logits
         return "lm_head"
     if "_residual." in param_name:
         return "residual"
@@ -51,7 +51,8 @@ def stage_of(param_name: str) -> str:
             if rest.startswith(prefix):
                 return stage
     for prefix, stage in (("embed_tokens.", "embedding"), ("pos_embed.", "positions"),
-                          ("final_norm.", "final_norm"), ("lm_head.", "lm_head")):
+                          ("final_norm.", "final_norm"), ("lm_head.", "lm_head"),
+                          ("logit_scale.", "lm_head")):
         if param_name.startswith(prefix):
             return stage
     raise ValueError(f"parameter {param_name} has no stage")  # pragma: no cover
