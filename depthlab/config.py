@@ -34,6 +34,7 @@ NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sq
 WIDE_RESIDUALS = keys_where(lambda s: s.widens == "copies")  # they carry model.streams copies
 MAX_STREAMS = 16
 FFNS = variants.FFNS
+OPTIMIZERS = ("adamw", "muon")
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
@@ -233,6 +234,12 @@ class TrainConfig:
     threads: int = 0  # 0: choose automatically
     log_every: int = 10  # a `train` line in metrics.jsonl every N steps (and at the last)
     decay_embeddings: bool = False  # weight decay on token/position embeddings
+    # muon: Muon (torch.optim.Muon) on the blocks' hidden matrices, AdamW on the rest
+    # (depthlab.train.optim). Muon's peak lr and momentum are nanochat's (matrix_lr 0.02,
+    # momentum 0.95); the schedule scales both peaks alike.
+    optimizer: str = "adamw"
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -452,6 +459,7 @@ def validate_model(m: ModelConfig) -> ModelConfig:
     if m.approx_params > MAX_PARAMS:
         raise ConfigError(f"this model has about {m.approx_params:.3g} parameters, more than "
                           f"the limit of {MAX_PARAMS:.3g}; shrink model.d_model, d_ff or vocab_size")
+    _check_residual_spec(m)
     if m.norm == "none":
         if m.placement != "pre":
             raise ConfigError(
@@ -465,8 +473,17 @@ def validate_model(m: ModelConfig) -> ModelConfig:
                     f"set model.{switch}=false or choose model.norm from: {', '.join(NORMS[1:])}"
                 )
     _check_frontier(m)
+    _check_ngpt(m)
     _check_shortcuts(m)
     return m
+
+
+def _check_ngpt(m: ModelConfig) -> None:
+    """nGPT's s_u, s_v scalings are SwiGLU's (depthlab.model.ngpt); its norm=none is its
+    spec's (`_check_residual_spec`)."""
+    if m.residual == "ngpt" and m.ffn != "swiglu":
+        raise ConfigError(f"model.residual='ngpt' scales SwiGLU's two inputs (s_u, s_v); "
+                          f"set model.ffn=swiglu, got {m.ffn!r}")
 
 
 def _check_shortcuts(m: ModelConfig) -> None:
@@ -485,6 +502,12 @@ def _check_shortcuts(m: ModelConfig) -> None:
             raise ConfigError(f"model.{switch}=true mixes one [B, T, D] stream; "
                               f"model.residual={m.residual!r} carries a wider one, "
                               f"choose a single-stream residual")
+    if m.residual == "ngpt":
+        for switch in ("x0_mix", "backout", "unet_skips", "smear"):
+            if getattr(m, switch):
+                raise ConfigError(f"model.{switch}=true adds vectors off the unit sphere to "
+                                  f"model.residual='ngpt''s stream, which every update keeps on "
+                                  f"it; set model.{switch}=false or choose another residual")
     if m.smear and m.d_model < SMEAR_CHANNELS:
         raise ConfigError(f"model.smear=true gates on the first {SMEAR_CHANNELS} channels of the "
                           f"embedding: it needs model.d_model >= {SMEAR_CHANNELS}, got {m.d_model}")
@@ -494,13 +517,22 @@ def _check_shortcuts(m: ModelConfig) -> None:
                           f"{VALUE_EMBED_GATE_CHANNELS}, got {m.d_model}")
 
 
-def _check_frontier(m: ModelConfig) -> None:
-    """Combinations the residual-frontier switches cannot make (their papers' setting)."""
+def _check_residual_spec(m: ModelConfig) -> None:
+    """The placements and norms a residual's spec allows (their papers' setting); before
+    the norm checks, so a residual that allows only norm=none says so first."""
     spec = RESIDUAL_SPECS[m.residual]
     if spec.placements and m.placement not in spec.placements:
         raise ConfigError(f"model.residual={m.residual!r} is {spec.placement_why}; "
                           f"model.placement={m.placement!r} is not allowed, "
                           f"set model.placement={' or '.join(spec.placements)}")
+    if spec.norms and m.norm not in spec.norms:
+        raise ConfigError(f"model.residual={m.residual!r} {spec.norm_why}; model.norm={m.norm!r} "
+                          f"is not allowed, set model.norm={' or '.join(spec.norms)}"
+                          + (" and model.final_norm=false" if "none" in spec.norms else ""))
+
+
+def _check_frontier(m: ModelConfig) -> None:
+    """Combinations the residual-frontier switches cannot make (their papers' setting)."""
     if m.norm_scale == "depth" and (m.norm == "none" or m.placement not in ("pre", "sandwich")):
         raise ConfigError(f"model.norm_scale='depth' scales the pre-norms inside each block; it needs "
                           f"model.placement pre or sandwich and a model.norm, got "
@@ -517,12 +549,16 @@ def _in_range(name: str, value: float, low: float, high: float, closed: str, why
 
 
 def _check_optimizer(t: TrainConfig) -> None:
-    """AdamW's and the schedule's fields, each in the range where it means what it says."""
+    """AdamW's, Muon's and the schedule's fields, each in the range where it means what it says."""
     _in_range("train.lr", t.lr, 0, MAX_LR, "(]", "typical: 1e-4 .. 1e-2")
     _in_range("train.beta1", t.beta1, 0, 1, "[)", "AdamW's momentum; typical 0.9")
     _in_range("train.beta2", t.beta2, 0, 1, "()", "AdamW's second-moment decay; typical 0.95")
     _in_range("train.min_lr_ratio", t.min_lr_ratio, 0, 1, "[]",
               "the schedule decays from lr to min_lr_ratio * lr")
+    _one_of("train.optimizer", t.optimizer, OPTIMIZERS)
+    _in_range("train.muon_lr", t.muon_lr, 0, MAX_LR, "(]", "Muon's peak lr; typical 0.02")
+    _in_range("train.muon_momentum", t.muon_momentum, 0, 1, "[)",
+              "Muon's momentum; typical 0.95")
     if t.lr * t.weight_decay >= 1:  # AdamW multiplies each decayed weight by 1 - lr * wd
         raise ConfigError(f"train.weight_decay must be below 1 / train.lr = {1 / t.lr:g} (each "
                           f"step multiplies the weights by 1 - lr * weight_decay), got "

@@ -48,7 +48,8 @@ DERIVED_KEYS = frozenset({"model.vocab_size"})
 ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1,
                 "model.x0_mix": False, "model.backout": False, "model.value_embeds": False,
                 "model.smear": False, "model.unet_skips": False, "model.logit_softcap": None,
-                "data.special_tokens": (), "data.separate_documents": False}
+                "data.special_tokens": (), "data.separate_documents": False,
+                "train.optimizer": "adamw", "train.muon_lr": 0.02, "train.muon_momentum": 0.95}
 
 
 def config_hash(cfg: Config) -> str:

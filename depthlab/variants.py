@@ -49,6 +49,8 @@ class ResidualSpec:
     widens: str = ""  # one of WIDENS: "copies" takes model.streams, "history" keeps all writes
     placements: tuple[str, ...] = ()  # the placements it allows; () = all
     placement_why: str = ""  # what it is, for the refusal of another placement
+    norms: tuple[str, ...] = ()  # the model.norm values it allows; () = all
+    norm_why: str = ""  # why, for the refusal of another norm
     # Learned parameters of one write, for d_model d and n streams (exact; held to the
     # built model by tests/test_reliability.py).
     params: Callable[[int, int], int] = _none
@@ -73,6 +75,7 @@ class ResidualSpec:
         """What /api/meta publishes of it (the callables as their values where fixed)."""
         return {"key": self.key, "label_key": self.label_key, "formula": self.formula,
                 "init": self.init, "widens": self.widens, "placements": list(self.placements),
+                "norms": list(self.norms),
                 "norm_slot": self.norm_slot, "hf_export": self.hf_export}
 
 
@@ -132,6 +135,14 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
                  "query w = 0 per write: every read starts as the mean of the earlier writes",
                  widens="history", params=lambda d, n: d,
                  wide_floats=lambda d, n, writes: writes * (writes + 1) * d),
+    ResidualSpec("ngpt", "x ← N(x + α·(N(F(x)) − x)), N(v) = v/‖v‖",
+                 "α = 0.05 per dimension (stored at 1/√d); embedding and every weight row "
+                 "on the unit sphere, kept there after every step; no norm layers "
+                 "(Loshchilov et al. 2025)",
+                 placements=("pre",), placement_why="the normalised Transformer (nGPT), "
+                 "with no norm layer to place", norms=("none",),
+                 norm_why="keeps every hidden state on the unit sphere itself, with no norm "
+                 "layer", params=lambda d, n: d),
 )}
 
 NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (

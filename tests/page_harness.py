@@ -180,7 +180,7 @@ sigmoid softmax logit logits warmup nats Transformer DenseNet depthlab gamma bet
 course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswani Radford Touvron
 Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
 none sqrt residual English GGUF TransformerLens arccos cos ReZero rezero
-DeepNorm deepnorm HC hc mHC mhc AttnRes attnres Sinkhorn-Knopp CPU nanoGPT ResFormer
+DeepNorm deepnorm HC hc mHC mhc AttnRes attnres Sinkhorn-Knopp CPU nanoGPT ResFormer nGPT ngpt
 """.split())
 
 # Text nodes a reader sees (not in <code>, <pre>, <script>, hidden parts), option text of

@@ -11,10 +11,12 @@ from depthlab.cli.table import legend, table
 from depthlab.experiments import BUDGETS, EXPERIMENTS
 from depthlab.presets import PRESETS
 from depthlab.probes import shipped_configs
-from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
 
+# every pair the simulator draws (a residual that allows no norm, nGPT, only without one)
 TOGGLES = [["--residual", residual, "--norm", norm]
-           for residual, norm in itertools.product(RESIDUAL_CHOICES, NORMS)]
+           for residual, norm in itertools.product(RESIDUAL_CHOICES, NORMS)
+           if norm == "none" or residual not in NORM_FREE_RESIDUALS]
 
 
 def cells(line: str) -> list[str]:
@@ -169,3 +171,10 @@ def test_table_widths_come_from_the_cells():
     wrapped = legend(*[(f"c{i}", "a long explanation of the column") for i in range(6)])
     assert len(wrapped) > 1 and all(len(line) <= 100 for line in wrapped)
     assert wrapped[0].startswith("  columns: c0 = ")
+
+
+@pytest.mark.parametrize("residual", NORM_FREE_RESIDUALS)
+def test_a_norm_on_a_norm_free_residual_is_one_line(capsys, residual):
+    assert main(["probe", "gradflow", "--residual", residual, "--norm", "rmsnorm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"norm must be none with residual={residual}" in err[0]

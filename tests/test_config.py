@@ -51,6 +51,9 @@ def test_course_is_the_lesson_model():
         (["model.n_layer=12"], "unknown config key 'model.n_layer'; did you mean model.n_layers"),
         (["n_layers"], "expected KEY=VALUE"),
         (["train.seq_len=1024"], "train.seq_len=1024 exceeds model.context_len=256"),
+        (["train.optimizer=sgd"], "train.optimizer='sgd' is not allowed; choose one of: adamw, muon"),
+        (["train.muon_lr=0"], "train.muon_lr must be in (0, 10]"),
+        (["train.muon_momentum=1"], "train.muon_momentum must be in [0, 1)"),
     ],
 )
 def test_bad_overrides_name_the_field(overrides, fragment):

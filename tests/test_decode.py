@@ -110,6 +110,10 @@ def test_decode_step_matches_the_readable_forward_for_every_preset(preset, seed)
     ({"residual": "hc", "streams": 2}, "model.residual=hc, which the decode step does not"),
     ({"residual": "mhc", "streams": 4}, "model.residual=mhc, which the decode step does not"),
     ({"residual": "attnres"}, "model.residual=attnres, which the decode step does not"),
+    ({"residual": "ngpt", "norm": "none", "final_norm": False},
+     "model.residual=ngpt, which the decode step does not"),
+    ({"residual": "ngpt", "norm": "none", "final_norm": False, "n_kv_heads": 2},
+     "model.residual=ngpt, which the decode step does not"),  # s_qk after the K/V repeat
     ({"qk_norm": True, "norm": "layernorm"}, "QK-norm other than RMSNorm"),
     ({"value_embeds": True}, "model.value_embeds=True, which the decode step does not"),
     ({"smear": True}, "model.smear=True, which the decode step does not"),

@@ -100,6 +100,7 @@ def _run_with(tmp_path, **changes):
 EXPORT_REFUSALS = [
     ({"residual": "scaled"}, "model.residual"),
     ({"residual": "none"}, "model.residual"),
+    ({"residual": "ngpt", "norm": "none", "final_norm": False}, "model.residual"),
     ({"placement": "post"}, "model.placement"),
     ({"placement": "sandwich"}, "model.placement"),
     ({"norm": "layernorm"}, "model.norm"),

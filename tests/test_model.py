@@ -31,6 +31,8 @@ def valid_combinations():
             continue
         if residual == "deepnorm" and placement != "post":
             continue
+        if residual == "ngpt" and (norm != "none" or ffn != "swiglu"):  # its own sphere, SwiGLU
+            continue
         depth_ok = norm != "none" and placement in ("pre", "sandwich") and ffn == "swiglu"
         yield tiny(norm=norm, placement=placement, ffn=ffn, residual=residual, qk_norm=qk,
                    attn_gate=gate, final_norm=norm != "none", n_kv_heads=2,

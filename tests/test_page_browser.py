@@ -66,6 +66,21 @@ def test_live_page(live, browser, runs):
     page.wait_for_function("() => location.hash.includes('norm=rmsnorm')")
     assert page.inner_text("#improved-formula") == "x ← x + a·F(RMSNorm(x)), a = 0"
 
+    # nGPT keeps the stream on the sphere itself: choosing it turns the norm switch off and
+    # disables it, and a link asking for both opens it without the norm.
+    page.click("#t-res-ngpt")
+    page.wait_for_function("() => location.hash.includes('residual=ngpt') && location.hash.includes('norm=none')")
+    assert not page.is_checked("#t-norm") and page.is_disabled("#t-norm")
+    assert page.inner_text("#improved-formula") == "x ← N(x + α·(N(F(x)) − x)), N(v) = v/‖v‖"
+    page.wait_for_function("() => document.getElementById('ro-improved').dataset.ratio !== undefined")
+    page.goto("about:blank")
+    page.goto(live + "#lang=en&n=8&residual=ngpt&norm=rmsnorm")
+    page.wait_for_function("() => location.hash.includes('norm=none')", timeout=15000)
+    _wait_readout(page, 8)
+    assert page.is_checked("#t-res-ngpt") and page.is_disabled("#t-norm")
+    page.click("#t-res-rezero")
+    page.wait_for_function("() => !document.getElementById('t-norm').disabled")
+
     # An old link (res/pre/wb) opens the same view in the model's vocabulary.
     page.goto("about:blank")
     page.goto(live + "#lang=en&n=8&g=1.00&res=1&pre=1&wb=1")

@@ -2,15 +2,18 @@
 alpha, beta and post-norm, hyper-connections' widened stream, AttnRes equal to plain at init."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from depthlab.config import validate_model
+from depthlab.errors import UserError
 from depthlab.model.residual import deepnorm_constants
 from depthlab.probes import StackRequest, compare, gradient_reach, token_collapse
 from depthlab.probes.simulator import _generator, _inputs, _unit_weights, wiring
 from depthlab.probes.simulator_bounds import (
+    NORM_FREE_RESIDUALS,
     NORMS,
     POST_NORM_RESIDUALS,
     RESIDUAL_CHOICES,
@@ -25,9 +28,15 @@ from depthlab.probes.simulator_bounds import (
 def test_every_toy_config_is_one_the_model_accepts(residual):
     # The norm slot follows the model's rule: a residual that needs placement=post gets it.
     # (With norm=none the model has no norm slot to check: its config needs a norm there.)
-    cfg = StackRequest(depth=6, residual=residual, norm="rmsnorm").config()
-    assert validate_model(cfg) == cfg
+    # A residual that allows no norm (nGPT) is drawn with norm=none and refuses the switch.
+    norm_free = residual in NORM_FREE_RESIDUALS
+    cfg = StackRequest(depth=6, residual=residual, norm="none" if norm_free else "rmsnorm").config()
+    assert validate_model(replace(cfg, final_norm=not norm_free)) == replace(cfg, final_norm=not norm_free)
     for norm in NORMS:
+        if norm != "none" and norm_free:
+            with pytest.raises(UserError, match=f"norm must be none with residual={residual}"):
+                StackRequest(depth=6, residual=residual, norm=norm)
+            continue
         cfg = StackRequest(depth=6, residual=residual, norm=norm).config()
         assert cfg.placement == ("post" if residual in POST_NORM_RESIDUALS else "pre")
     assert page_bounds()["post_norm"] == [r for r in RESIDUAL_CHOICES if norm_slot(r) == "post"]

@@ -71,8 +71,9 @@ def test_overfits_one_batch(tmp_path):
     assert summary.train_loss < 0.05
 
 
-def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path):
-    cfg = config(steps=80, ckpt_every=20)
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])  # muon: both optimizers' state
+def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, optimizer):
+    cfg = config(steps=80, ckpt_every=20, optimizer=optimizer)
     train(cfg, tmp_path / "full", progress=False)
     stop_at = random.Random().randint(5, 75)  # an arbitrary step
 

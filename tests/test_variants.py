@@ -68,6 +68,12 @@ def test_every_residual_has_its_page_label(lang):
 def test_validation_reads_each_residuals_constraints(key):
     spec = RESIDUAL_SPECS[key]
     base = ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, residual=key)
+    if spec.norms:
+        for norm in config.NORMS:
+            if norm not in spec.norms:
+                with pytest.raises(ConfigError, match=f"model.norm={norm!r} is not allowed"):
+                    validate_model(replace(base, norm=norm))
+        base = replace(base, norm=spec.norms[0], final_norm=spec.norms[0] != "none")
     for placement in config.PLACEMENTS:
         m = replace(base, placement=placement)
         if spec.placements and placement not in spec.placements:

@@ -22,6 +22,7 @@ from torch import nn
 from depthlab.config import ModelConfig
 from depthlab.hooks import HookPoint
 from depthlab.model import fused
+from depthlab.model.ngpt import SphereQK
 from depthlab.model.norms import make_norm
 from depthlab.model.shortcuts import value_embedding
 
@@ -150,6 +151,10 @@ class Attention(nn.Module):
         # QK-norm (Dehghani et al. 2023; Qwen3): normalise each head's q and k before RoPE.
         self.q_norm = make_norm(cfg.norm, cfg.head_size, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = make_norm(cfg.norm, cfg.head_size, cfg.norm_eps) if cfg.qk_norm else None
+        # nGPT: q, k on the sphere times s_qk, and scores times sqrt(E) (depthlab.model.ngpt).
+        self.sphere_qk = (SphereQK(cfg.n_heads, cfg.head_size, cfg.d_model)
+                          if cfg.residual == "ngpt" else None)
+        self.softmax_scale = math.sqrt(cfg.head_size) if self.sphere_qk is not None else None
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
@@ -254,17 +259,20 @@ class Attention(nn.Module):
         if K != H:  # grouped-query attention: each K/V head serves H/K query heads
             k = k.repeat_interleave(H // K, dim=1)
             v = v.repeat_interleave(H // K, dim=1)
+        if self.sphere_qk is not None:
+            q, k = self.sphere_qk(q), self.sphere_qk(k)
 
         if self.need_weights or self.hook_pattern.active:
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(E)
+            scores = q @ k.transpose(-2, -1)
+            scores = scores / math.sqrt(E) if self.softmax_scale is None else scores * self.softmax_scale
             scores = scores.masked_fill(~causal_mask(T, past, x.device), float("-inf"))
             pattern = self.hook_pattern(scores.softmax(dim=-1))
             out = pattern @ v
         elif past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
         else:  # one new token sees every slot; several need the offset causal mask
             mask = None if T == 1 else causal_mask(T, past, x.device)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.softmax_scale)
 
         out = self.hook_z(out.transpose(1, 2).reshape(B, T, H * E))
         if gate is not None:

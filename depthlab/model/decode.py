@@ -244,7 +244,8 @@ IMPLEMENTS: dict[str, frozenset | None] = {
     # the norms `_norm` computes (a new norm falls back until it is added there)
     "norm": frozenset({"none", "layernorm", "rmsnorm", "rmsnorm_zero_centered", "dyt"}),
     "norm_eps": ANY, "placement": frozenset({"pre", "post", "sandwich", "output"}),
-    "residual": frozenset({"none", "plain", "scaled", "rezero", "deepnorm"}),  # one stream
+    # one stream; ngpt falls back (its unit-sphere update, scaled q/k, SwiGLU and logits)
+    "residual": frozenset({"none", "plain", "scaled", "rezero", "deepnorm"}),
     "norm_scale": frozenset({"none", "depth"}), "value_residual": ANY,
     "streams": frozenset({1}),
     "final_norm": ANY, "qk_norm": ANY, "attn_gate": ANY,

@@ -11,6 +11,7 @@ from torch import nn
 
 from depthlab.config import ModelConfig
 from depthlab.model import fused
+from depthlab.model.ngpt import SwiGLUScales
 
 
 class MLP(nn.Module):
@@ -50,6 +51,8 @@ class SwiGLU(nn.Module):
         self.up_proj = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
         self.down_proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
         self.clamp = cfg.ffn_clamp
+        # nGPT: the gate and up projections times s_v * sqrt(d), s_u (depthlab.model.ngpt).
+        self.scales = SwiGLUScales(cfg.ffn_hidden, cfg.d_model) if cfg.residual == "ngpt" else None
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """gate_proj(x), up_proj(x); while training as one matmul against both weights
@@ -63,6 +66,8 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.project(x)
+        if self.scales is not None:
+            gate, up = self.scales(gate, up)
         if self.clamp is not None:
             gate = gate.clamp(max=self.clamp)
             up = up.clamp(-self.clamp, self.clamp)

@@ -26,6 +26,9 @@ Entries:
           depthlab.model.hyper)
   attnres each read a softmax mix over depth of all earlier writes, the stream being
           their history [B, T, k, D] (Kimi, Attention Residuals; depthlab.model.depth_attention)
+  ngpt    x <- Norm(x + alpha * (Norm(F(x)) - x)) on the unit sphere, alpha learned per
+          dimension (Loshchilov et al., ICLR 2025, nGPT); the rest of the normalised
+          Transformer (unit weights, scaled q/k, SwiGLU and logits) is depthlab.model.ngpt
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from torch import nn
 from depthlab.config import ModelConfig
 from depthlab.model.depth_attention import AttentionResidual
 from depthlab.model.hyper import HyperConnection, ManifoldHyperConnection
+from depthlab.model.ngpt import NGPTResidual
 from depthlab.model.residual_base import Residual, stream_view
 
 
@@ -137,12 +141,13 @@ RESIDUAL_BUILDERS = {
     "mhc": lambda cfg: ManifoldHyperConnection(cfg.d_model, cfg.streams, cfg.norm_eps,
                                                cfg.init_std),
     "attnres": lambda cfg: AttentionResidual(cfg.d_model, cfg.norm_eps),
+    "ngpt": lambda cfg: NGPTResidual(cfg.d_model),
 }
 
 
 # Residuals with parameters: `init_weights` calls their reset_parameters.
 RESIDUAL_PARAMETERS = (ReZeroResidual, HyperConnection, ManifoldHyperConnection,
-                       AttentionResidual)
+                       AttentionResidual, NGPTResidual)
 
 
 def make_residual(cfg: ModelConfig) -> Residual:

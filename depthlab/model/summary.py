@@ -20,7 +20,7 @@ def component_of(param_name: str) -> str:
     stream shortcuts; embedding: a value embedding's table and gate)."""
     if param_name.startswith(("embed_tokens", "pos_embed")) or ".value_embed." in param_name:
         return "embedding"
-    if param_name.startswith("lm_head"):
+    if param_name.startswith(("lm_head", "logit_scale")):  # nGPT's s_z scales the head's logits
         return "lm_head"
     if "_residual." in param_name or param_name.startswith(SHORTCUT_PREFIXES) or any(
             f".{part}." in param_name for part in BLOCK_SHORTCUTS):
@@ -61,7 +61,8 @@ def stage_of(param_name: str) -> str:
                 return stage
     for prefix, stage in (("embed_tokens.", "embedding"), ("embed_shortcuts.", "embedding"),
                           ("backout.", "final_norm"), ("pos_embed.", "positions"),
-                          ("final_norm.", "final_norm"), ("lm_head.", "lm_head")):
+                          ("final_norm.", "final_norm"), ("lm_head.", "lm_head"),
+                          ("logit_scale.", "lm_head")):
         if param_name.startswith(prefix):
             return stage
     raise ValueError(f"parameter {param_name} has no stage")  # pragma: no cover

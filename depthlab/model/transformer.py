@@ -24,6 +24,7 @@ from depthlab.model.attention import (
     rope_cos_sin,
 )
 from depthlab.model.ffn import make_ffn
+from depthlab.model.ngpt import NGPT_PARAMETERS, LogitScale, renormalise
 from depthlab.model.norms import NORM_CLASSES, make_norm
 from depthlab.model.residual import RESIDUAL_PARAMETERS, make_residual
 from depthlab.model.shortcuts import (
@@ -138,6 +139,9 @@ class Transformer(HookedModule):
         self.lm_head = (
             None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
+        # nGPT: logits times a learned s_z per vocabulary entry (depthlab.model.ngpt).
+        self.logit_scale = (LogitScale(cfg.vocab_size, cfg.d_model) if cfg.residual == "ngpt"
+                            else None)
         init_weights(self)
 
     def rope(self, n_tokens: int, like: torch.Tensor, start: int = 0,
@@ -188,7 +192,16 @@ class Transformer(HookedModule):
         """Residual stream [B, T, D] -> logits [B, T, V]."""
         x = self.hook_final(self.final_norm(x) if self.final_norm else x)
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return logit_softcap(F.linear(x, weight), self.cfg.logit_softcap)  # x @ weight.T
+        logits = F.linear(x, weight)  # x @ weight.T
+        if self.logit_scale is not None:  # nGPT's s_z
+            logits = self.logit_scale(logits)
+        return logit_softcap(logits, self.cfg.logit_softcap)
+
+    def after_optimizer_step(self) -> None:
+        """What a design keeps true of its weights after every update, whatever the
+        optimizer: nGPT's unit vectors (depthlab.model.ngpt). The trainer calls it."""
+        if self.cfg.residual == "ngpt":
+            renormalise(self)
 
     def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None,
@@ -250,7 +263,7 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
     cfg = model.cfg if gain is None else replace(model.cfg, init_gain=gain)
     std, out_std = cfg.init_std * cfg.init_gain, cfg.out_proj_std
     residual = model.blocks[0].attn_residual
-    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, ValueResidual,
+    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, *NGPT_PARAMETERS, ValueResidual,
                   *SHORTCUT_PARAMETERS)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
@@ -262,3 +275,5 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
             nn.init.normal_(module.weight, 0.0, std)
         elif isinstance(module, resettable):
             module.reset_parameters()
+    if cfg.residual == "ngpt":  # every weight vector along d_model on the unit sphere
+        renormalise(model)

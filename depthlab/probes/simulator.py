@@ -22,7 +22,9 @@ write rule, the one of `Block.forward`:
     h = residual.read(x); h = norm(h); x = residual(x, residual.scale(F(h)))
 
 `residual` is any entry of the model's registry (depthlab.model.residual), `norm` is
-`none` or the model's RMSNorm (scale 1, eps 1e-12) in that residual's norm slot: on the
+`none` or the model's RMSNorm (scale 1, eps 1e-12) in that residual's norm slot (none
+only for a residual that keeps the stream on the sphere itself: nGPT's update, whose
+write enters as Norm(F(h)), so the toy sublayer's scale drops out as in the model): on the
 sublayer input (Pre-Norm, Xiong et al. 2020), or after the add for a residual the model
 allows only with placement=post (deepnorm: x <- RMSNorm(alpha x + F(x)), as `Block`
 applies its post-norm). A residual's own init rule (`Residual.init_scale`, deepnorm's
@@ -64,6 +66,7 @@ from depthlab.probes.simulator_bounds import (
     HISTORY_RESIDUALS,
     MAX_DEPTH,
     MAX_GAIN,
+    NORM_FREE_RESIDUALS,
     NORMS,
     SIM_STREAMS,
     SWEEP_GAINS,
@@ -121,8 +124,12 @@ class StackRequest:
                "one of " + ", ".join(residual_choices()), self.residual)
         _check("norm", self.norm in NORMS, "one of " + ", ".join(NORMS), self.norm)
         _check("x0_mix", isinstance(self.x0_mix, bool) and not (
-            self.x0_mix and self.residual in WIDE_RESIDUALS + HISTORY_RESIDUALS),
-            "false with a residual that widens the stream (it mixes one stream)", self.x0_mix)
+            self.x0_mix and self.residual in WIDE_RESIDUALS + HISTORY_RESIDUALS + NORM_FREE_RESIDUALS),
+            "false with a residual that widens the stream (it mixes one stream) or keeps it "
+            "on the unit sphere", self.x0_mix)
+        _check("norm", self.norm == "none" or self.residual not in NORM_FREE_RESIDUALS,
+               f"none with residual={self.residual} (it keeps the stream on the unit sphere "
+               "itself, with no norm layer)", self.norm)
         _check("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**31,
                "an integer >= 0", self.seed)
         _check("tokens", isinstance(self.tokens, int) and 2 <= self.tokens <= 256,

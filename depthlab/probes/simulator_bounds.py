@@ -23,6 +23,9 @@ RESIDUAL_CHOICES = RESIDUALS
 # Residuals whose norm slot is after the add (their spec allows placement=post only):
 # for them the simulator's norm switch puts the RMSNorm there.
 POST_NORM_RESIDUALS = keys_where(lambda s: s.norm_slot == "post")
+# Residuals that keep the stream normalised themselves and allow no norm (their spec's
+# norms are ("none",): nGPT): for them the norm switch is off and cannot be turned on.
+NORM_FREE_RESIDUALS = keys_where(lambda s: s.norms == ("none",))
 # The copies of the stream the toy stack gives a residual of config.WIDE_RESIDUALS
 # (hyper-connections): DeepSeek-V4's hc_mult and the residual-frontier experiment's n.
 SIM_STREAMS = 4
@@ -41,6 +44,7 @@ def page_bounds() -> dict:
     return {"depth": [1, PAGE_MAX_DEPTH], "gain": list(PAGE_GAINS), "gain_step": PAGE_GAIN_STEP,
             "cli_max_depth": MAX_DEPTH, "residuals": list(RESIDUAL_CHOICES),
             "norms": list(NORMS), "post_norm": [r for r in RESIDUAL_CHOICES if norm_slot(r) == "post"],
+            "norm_free": [r for r in RESIDUAL_CHOICES if r in NORM_FREE_RESIDUALS],
             "streams": {r: SIM_STREAMS for r in RESIDUAL_CHOICES if r in WIDE_RESIDUALS},
             # the write of each residual, with the marks the page fills (depthlab.variants)
             "formulas": {r: RESIDUAL_SPECS[r].formula for r in RESIDUAL_CHOICES},

@@ -7,7 +7,7 @@ Loading falls back to the previous checkpoint when the newest one is unreadable,
 and reports every unreadable one, so a resume can refuse rather than start over.
 Pruning only removes checkpoints older than the one just written: a damaged
 folder with a higher step number never pushes a good checkpoint out.
-state.pt holds the optimizer, the step and the RNG states; the data position is
+state.pt holds the optimizer (both, with Muon), the step and the RNG states; the data position is
 the step itself (see depthlab.train.batches).
 """
 
@@ -25,6 +25,7 @@ import torch
 
 from depthlab.atomic import atomic_write
 from depthlab.rundir import WEIGHTS_FILE, load_weights, save_weights
+from depthlab.train.optim import Optimizer
 
 CHECKPOINTS_DIR = "checkpoints"
 STATE_FILE = "state.pt"
@@ -53,7 +54,7 @@ def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, keep: int, **extra: Any) -> Path:
+                    optimizer: Optimizer, keep: int, **extra: Any) -> Path:
     """Write checkpoint `step`, refresh RUN/model.safetensors, keep the newest `keep`."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ a function of (seed, step), so a resumed run ends bitwise equal on CPU.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from depthlab.progress import Progress
 from depthlab.train import runtime, setup
 from depthlab.train.evaluate import log_eval, log_probe, log_train
 from depthlab.train.measures import probe_due
+from depthlab.train.optim import describe_groups, ngpt_advice
 from depthlab.train.setup import LoopState, Run
 from depthlab.train.startup import agree_on_start, claim
 from depthlab.train.step import apply_step, train_step
@@ -101,6 +103,11 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     if ckpt is not None and ckpt.step >= cfg.train.steps:
         return _finished(run_dir, cfg, time.time() - started)
     run = setup.start(cfg, run_dir, rt, data, model, optimizer, ckpt, fwd_hooks)
+    if progress and rt.is_main:  # which parameters each optimizer steps
+        print(describe_groups(model, optimizer), file=sys.stderr)
+    advice = ngpt_advice(cfg)
+    if advice and rt.is_main:
+        print(advice, file=sys.stderr)
     st = LoopState(step=run.start_step, saved_step=run.start_step if ckpt else None,
                    rate_from=run.start_step)
     loop_start = time.time()

@@ -25,7 +25,7 @@ from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_co
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime, step_reads
 from depthlab.train.checkpoint import Checkpoint
-from depthlab.train.optim import make_optimizer
+from depthlab.train.optim import Optimizer, make_optimizer
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Run:
     rt: runtime.Runtime
     data: TokenData
     model: Transformer
-    optimizer: torch.optim.Optimizer
+    optimizer: Optimizer
     net: torch.nn.Module  # the model, wrapped in DistributedDataParallel when world > 1
     fwd: Any  # net, compiled when train.compile
     autocast: Any  # bfloat16 autocast, or a null context
@@ -122,7 +122,7 @@ def prepare(cfg: Config, rt: runtime.Runtime,
 
 
 def build(cfg: Config, rt: runtime.Runtime,
-          ckpt: Checkpoint | None) -> tuple[Transformer, torch.optim.Optimizer]:
+          ckpt: Checkpoint | None) -> tuple[Transformer, Optimizer]:
     """The model at init from train.seed, with the checkpoint's weights when resuming
     (checked tensor by tensor against the config), and its optimizer."""
     torch.manual_seed(cfg.train.seed)
@@ -134,7 +134,7 @@ def build(cfg: Config, rt: runtime.Runtime,
 
 
 def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, model: Transformer,
-          optimizer: torch.optim.Optimizer, ckpt: Checkpoint | None,
+          optimizer: Optimizer, ckpt: Checkpoint | None,
           fwd_hooks: list[tuple[str, HookFn]]) -> Run:
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
     start_step = 0

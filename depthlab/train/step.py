@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from depthlab.train import batches, runtime
-from depthlab.train.optim import lr_at
+from depthlab.train.optim import Optimizer, set_lr
 from depthlab.train.setup import Run
 
 
@@ -35,9 +35,7 @@ def train_step(run: Run, step: int) -> StepResult:
     """Set the learning rate of `step`, accumulate gradients over train.grad_accum
     micro-batches (DDP syncs only on the last) and clip them; no update yet."""
     tc, rt = run.cfg.train, run.rt
-    lr = lr_at(step, tc)
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    lr = set_lr(run.optimizer, step, tc)
     loss_sum = torch.zeros((), device=rt.device)
     for micro in range(tc.grad_accum):
         x, y = (runtime.to_device(t, rt.device) for t in batches.train_batch(
@@ -56,7 +54,7 @@ def train_step(run: Run, step: int) -> StepResult:
     return StepResult(lr, loss_t, grad_norm_t)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer) -> str | None:
+def optimizer_step(optimizer: Optimizer) -> str | None:
     """optimizer.step(); a non-finite value inside AdamW (an overflowing update) is
     divergence, reported like a non-finite loss rather than as a traceback."""
     try:
@@ -80,5 +78,6 @@ def apply_step(run: Run, step: int, result: StepResult, read_now: bool) -> tuple
         diverged = None if problem is None else (problem, done)
     if diverged:
         return diverged
+    run.model.after_optimizer_step()  # nGPT's weights back on the sphere
     run.optimizer.zero_grad(set_to_none=True)
     return None

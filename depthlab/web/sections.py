@@ -39,7 +39,7 @@ from depthlab.probes import (
     residual_paths,
     shipped_configs,
 )
-from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
 from depthlab.probes.simulator_mixing import composite_curves
 from depthlab.web import lesson
 from depthlab.web.messages import refusal
@@ -227,8 +227,10 @@ PATHS_GRID = {"n": (1, 2, 3, 4, 5, 8, 10, 16, 32, 64),
 
 
 def switches() -> list[dict]:
-    """Every value of the page's switches: each residual of the registry, each input norm."""
-    return [{"residual": r, "norm": n} for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)]
+    """Every value of the page's switches: each residual of the registry, each input norm
+    it allows (none only for a residual that keeps the stream normalised itself)."""
+    return [{"residual": r, "norm": n} for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)
+            if n == "none" or r not in NORM_FREE_RESIDUALS]
 
 
 def _static_simulate(grid: str) -> list[SimulateRequest]:

@@ -65,6 +65,7 @@
   const labelKey = (name) => (spec && spec.labels && spec.labels[name]) || "sim.res." + name;
   const residualLabel = (name) => (DL.hasKey(labelKey(name)) ? DL.t(labelKey(name)) : name);
   // The norm switch names its slot: the sublayer input, or after the add (Post-LN residuals).
+  const normFree = (name) => !!(spec && spec.norm_free && spec.norm_free.includes(name));
   const normLabel = (st) => DL.t(spec && spec.post_norm.includes(st.residual) ? "sim.t.postnorm" : "sim.t.prenorm");
 
   // The switches, one radio per residual and a checkbox for the input norm, from meta.
@@ -80,13 +81,14 @@
       const label = document.createElement("label");
       const radio = Object.assign(document.createElement("input"), {
         type: "radio", name: "sim-residual", id: "t-res-" + name, value: name, checked: st.residual === name });
-      radio.addEventListener("change", () => onSwitch({ residual: name }));
+      // a residual that allows no norm (nGPT) turns the norm switch off with it
+      radio.addEventListener("change", () => onSwitch(normFree(name) ? { residual: name, norm: "none" } : { residual: name }));
       label.append(radio, " " + residualLabel(name));
       group.append(label, " ");
     }
     const label = document.createElement("label");
     const box2 = Object.assign(document.createElement("input"), {
-      type: "checkbox", id: "t-norm", checked: st.norm === "rmsnorm" });
+      type: "checkbox", id: "t-norm", checked: st.norm === "rmsnorm", disabled: normFree(st.residual) });
     box2.addEventListener("change", (e) => onSwitch({ norm: e.target.checked ? "rmsnorm" : "none" }));
     const text = Object.assign(document.createElement("span"), { id: "t-norm-label", textContent: " " + normLabel(st) });
     label.append(box2, text);
@@ -264,7 +266,11 @@
         ready.then(() => {
           if (current !== st) return; // a newer state is on its way
           for (const el of document.querySelectorAll("#sim-switches [name=sim-residual]")) el.checked = el.value === st.residual;
-          if ($("t-norm")) $("t-norm").checked = st.norm === "rmsnorm";
+          if (normFree(st.residual) && st.norm !== "none") { // a link that asks for both
+            onSwitch({ norm: "none" });
+            return;
+          }
+          if ($("t-norm")) Object.assign($("t-norm"), { checked: st.norm === "rmsnorm", disabled: normFree(st.residual) });
           if ($("t-norm-label")) $("t-norm-label").textContent = " " + normLabel(st);
           $("improved-formula").textContent = formula(st);
           const switches = { residual: st.residual, norm: st.norm };
