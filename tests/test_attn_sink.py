@@ -147,7 +147,7 @@ def test_a_model_on_text_tokenised_by_its_own_tokenizer_matches_its_run_and_is_c
     # a char tokenizer encodes the validation text back to the run's own windows
     got = sink_mod.model_profiles(trained_run, text, [cfg.train.seq_len, 8], cache)
     assert got[cfg.train.seq_len] == own and got[8].tokens == 8
-    monkeypatch.setattr("depthlab.rundir.load_model", lambda *_: pytest.fail("not cached"))
+    monkeypatch.setattr(sink_mod, "load_model", lambda *_: pytest.fail("not cached"))
     assert sink_mod.model_profiles(trained_run, text, [8], cache)[8] == got[8]
     with pytest.raises(pytest.fail.Exception):  # other text: measured again
         sink_mod.model_profiles(trained_run, text[:-1], [8], cache)

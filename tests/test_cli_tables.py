@@ -110,7 +110,7 @@ def test_probe_run_tables_align_and_explain_every_column(tmp_path, capsys):
     write_config(tmp_path, cfg)
     save_weights(tmp_path, Transformer(cfg.model))
     assert main(["probe", "run", str(tmp_path), "--ids", "1,2,3,4,5"]) == 0
-    check(capsys.readouterr().out, 6)  # stream, attention, massive, lens, gradient, skip
+    check(capsys.readouterr().out, 7)  # stream, attention, massive, lens, contributions, gradient, skip
 
 
 def test_evolution_table_holds_the_zero_centred_norm_in_its_column(capsys):

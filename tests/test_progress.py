@@ -168,6 +168,9 @@ def test_trainer_prints_plain_lines_when_stderr_is_not_a_terminal(tmp_path, caps
     cfg = replace(cfg, data=replace(cfg.data, corpus=TEXT), train=replace(cfg.train, steps=6))
     train(cfg, tmp_path / "run", progress=True)
     lines = capsys.readouterr().err.splitlines()
+    # first the optimizer's parameter groups (one line each), then the progress lines
+    assert re.match(r"AdamW: \d+ tensors, [\d,]+ weights \(", lines[0]), lines
+    lines = lines[1:]
     matches = [LINE.match(line) for line in lines]
     assert all(matches), lines
     assert [int(m["done"]) for m in matches] == [1, 2, 3, 4, 5, 6]

@@ -143,3 +143,14 @@ def test_any_id_sequence_shows_no_replacement_character(course_bpe, ids):
     # the bytes shown are the bytes the ids stand for
     raw = b"".join(token_bytes(course_bpe, i) for i in ids)
     assert "".join(p.text for p in got) == bytes_text(raw)
+
+
+def test_an_id_past_a_char_tokenizers_vocabulary_is_named_by_its_id():
+    # A model's vocabulary may be larger than its run's char tokenizer (the lens grid's
+    # top-5 can name any of the model's ids): such an id is shown as <id N>, its neighbours
+    # as their characters.
+    tok = CharTokenizer.train("ab")
+    assert tok.vocab_size == 2
+    assert token_text(tok, 1) == "b"
+    assert token_text(tok, 7) == "<id 7>"
+    assert [p.text for p in pieces(tok, [0, 7, 1])] == ["a", "<id 7>", "b"]

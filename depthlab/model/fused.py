@@ -35,12 +35,16 @@ ROTARY_IMPLEMENTS: dict[str, frozenset | None] = {
     "qk_norm": frozenset({False}),  # the norm sits between the projection and RoPE
 }
 # Fields that never reach that part: they act on the stream before the attention reads
-# it, after q, k, v leave the function (the value residual mixes v afterwards), or set
-# where weights start. `norm` reaches q and k only through QK-norm, declared above.
+# it, after q, k, v leave the function (the value residual mixes v afterwards, a value
+# embedding is added to v afterwards, nGPT's residual puts q and k on the sphere
+# afterwards), or set where weights start. The stream shortcuts (x0_mix, backout, smear,
+# unet_skips) mix the stream between blocks and the softcap acts on the logits. `norm`
+# reaches q and k only through QK-norm, declared above.
 ROTARY_EXEMPT = frozenset({
     "vocab_size", "context_len", "n_layers", "d_ff", "ffn", "ffn_clamp", "norm", "norm_eps",
     "placement", "residual", "norm_scale", "value_residual", "streams", "final_norm",
-    "tie_embeddings", "init_std", "init_gain", "scaled_init"})
+    "tie_embeddings", "init_std", "init_gain", "scaled_init",
+    "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap"})
 
 
 def rotary_reason(cfg: ModelConfig) -> str | None:

@@ -45,10 +45,13 @@ def _is_byte_level(hf: Any) -> bool:
 
 def token_bytes(tokenizer: Any, i: int, added: dict | None = None) -> bytes | None:
     """The bytes token `i` stands for, or None for a special or added token, which is
-    shown by its own name and never merged with its neighbours. `added`: the tokenizer's
+    shown by its own name and never merged with its neighbours (an id the tokenizer does
+    not have, which a model with a larger vocabulary can predict, as <id i>). `added`: the tokenizer's
     added tokens (id -> token), when the caller has them already."""
     hf = getattr(tokenizer, "hf", None)
     if hf is None:  # a character tokenizer: one whole character per token
+        if not 0 <= i < tokenizer.vocab_size:  # a model may have more ids than its tokenizer
+            return None
         return tokenizer.token_str(i).encode("utf-8")
     if i in (hf.get_added_tokens_decoder() if added is None else added):
         return None
