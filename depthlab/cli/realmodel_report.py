@@ -137,7 +137,8 @@ def _dla(r: dict[str, Any]) -> list[str]:
         f"rounding bound {d['tolerance']:.1e}). Largest: "
         + ", ".join(f"{t['term']} {t['value']:+.3f}" for t in d["top"]),
         *table(["k", "term", "logit"], rows, left={1}),
-        *legend(("term", "the embedding, then each write (block.sublayer): what it changed "
+        *legend(("k", "term index, 0 = the embedding"),
+                ("term", "the embedding, then each write (block.sublayer): what it changed "
                          "the stream by"),
                 ("logit", "that change times the final norm's weight over the final "
                           "state's RMS, dotted with the target's unembedding row")),
