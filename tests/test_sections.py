@@ -119,6 +119,7 @@ def test_a_section_of_one_entry_is_in_the_static_export(with_echo, monkeypatch, 
     for key, answer in data["sections"]["echo"].items():
         assert data["shared"][answer["list"]["$shared"]] == want[key]["list"]
     assert list(data["sections"]["growth"]) == ['{"writes":128}']
+    assert data["meta"]["simulator"]["x0_static"] == list(sections.STATIC_X0_MIX)  # the page reads it
 
 
 def test_the_built_in_sections_are_the_pages_routes():
@@ -140,9 +141,33 @@ def test_a_static_answer_is_the_live_answer():
     assert grid == {"n": [2, 8, 32, 64]}
     req = SimulateRequest(mode="collapse", n=8, g=1.5, residual="scaled", norm="rmsnorm")
     assert request_key(req) == ('{"g":1.5,"mode":"collapse","n":8,"norm":"rmsnorm",'
-                                '"residual":"scaled"}')
+                                '"residual":"scaled","x0_mix":false}')
     stored, shared = export.share(export._round({"simulate": {request_key(req): compute.simulate(req)}}))
     assert stored["simulate"][request_key(req)] == export._round(compute.simulate(req)) and shared == []
+
+
+def test_a_static_copy_holds_x0_mixing_on_the_plain_residual(monkeypatch):
+    """x0 mixing's stored rows: the plain residual with and without the norm (a residual the
+    switch applies to), keyed with x0_mix true, each the live answer; a request with the
+    section's defaults filled in finds them, and every other row is keyed with x0_mix false."""
+    from depthlab.probes.simulator_bounds import X0_MIX_RESIDUALS
+    from depthlab.web.schemas import SimulateRequest, SweepRequest
+
+    assert sections.STATIC_X0_MIX == ("plain",) and set(sections.STATIC_X0_MIX) <= set(X0_MIX_RESIDUALS)
+    rows = sections.switches()
+    assert [(r["residual"], r["norm"]) for r in rows if r["x0_mix"]] == [("plain", "none"), ("plain", "rmsnorm")]
+    assert len(rows) == len({request_key(r) for r in rows}) == 17 + 2
+    monkeypatch.setitem(sections.GRIDS, "tiny", {"n": (4,), "g": (1.5,), "g_step": 1.0})
+    for name, model, extra in (("sweep", SweepRequest, {}), ("simulate", SimulateRequest, {"g": 1.5})):
+        answers, grid = export.section_answers(sections.section(name), "tiny")
+        assert "x0_mix" not in grid and len(answers) == len(rows) * (2 if name == "simulate" else 1)
+        on = model(n=4, residual="plain", x0_mix=True, **extra)
+        key = request_key(sections.defaults(model) | {"n": 4, "x0_mix": True} | extra)
+        assert key == request_key(on) and '"x0_mix":true' in key
+        assert answers[key] == compute.adapter(sections.section(name))(on)
+        off = request_key(model(n=4, residual="plain", **extra))
+        assert '"x0_mix":false' in off and answers[off]["improved"] != answers[key]["improved"]
+        assert sum('"x0_mix":true' in k for k in answers) == 2 * len(answers) // len(rows)  # 2 per mode
 
 
 @pytest.mark.parametrize(("x", "text"), [

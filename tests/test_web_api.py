@@ -69,6 +69,9 @@ def test_meta(client):
     assert sim["depth"] == [1, 64] and sim["gain"] == [0.5, 2.0] and sim["gain_step"] == 0.05
     assert sim["residuals"] == list(RESIDUAL_BUILDERS) and sim["norms"] == ["none", "rmsnorm"]
     assert sim["cli_max_depth"] == 256
+    # x0 mixing's switch: the residuals it applies to, and the mix the green formula prints
+    assert sim["x0_mix"] == ["none", "plain", "scaled", "rezero", "deepnorm"]
+    assert sim["x0_formula"] == "x ← λᵢ·x + μᵢ·x₀" and "x0_static" not in sim  # live: every one
 
 
 def test_simulate_gradient_matches_probe(client):
@@ -81,6 +84,42 @@ def test_simulate_gradient_matches_probe(client):
     assert r["improved"]["ratio"] == pytest.approx(probe.ratio)
     naive = gradient_reach(StackRequest(depth=8, gain=1.5))
     assert r["naive"]["ratio"] == pytest.approx(naive.ratio)
+
+
+@pytest.mark.parametrize("mode", ["gradient", "collapse"])
+def test_x0_mix_is_the_probes_and_changes_the_green_row(client, mode):
+    """x0 mixing reaches the probe: the answer with it is compare()'s with x0_mix=True, the
+    red row is the same, and the green row differs from the one without it."""
+    from depthlab.probes import StackRequest
+    from depthlab.probes.simulator import compare
+
+    body = {"mode": mode, "n": 8, "g": 1.5, "residual": "plain", "norm": "rmsnorm"}
+    off = client.post("/api/simulate", json=body).json()
+    on = client.post("/api/simulate", json=body | {"x0_mix": True}).json()
+    probe = compare(StackRequest(depth=8, gain=1.5, residual="plain", norm="rmsnorm", x0_mix=True), mode)
+    assert on == json.loads(json.dumps(probe.to_json()))  # the probe's numbers, as JSON carries them
+    assert on["request"]["x0_mix"] is True and off["request"]["x0_mix"] is False
+    assert on["naive"] == off["naive"]  # the red row has no switches
+    key = "ratio" if mode == "gradient" else "mean_cosine"
+    a, b = off["improved"][key], on["improved"][key]
+    assert a != pytest.approx(b, rel=1e-3)  # the mix moves the green row well past rounding
+    sweep_off = client.post("/api/sweep", json={"n": 8, "residual": "scaled"}).json()
+    sweep_on = client.post("/api/sweep", json={"n": 8, "residual": "scaled", "x0_mix": True}).json()
+    from depthlab.probes.simulator import gain_sweep
+
+    assert sweep_on == json.loads(json.dumps(gain_sweep(StackRequest(depth=8, residual="scaled",
+                                                                     x0_mix=True)).to_json()))
+    assert sweep_on["naive"] == sweep_off["naive"] and sweep_on["improved"] != sweep_off["improved"]
+
+
+@pytest.mark.parametrize("residual", ["hc", "mhc", "attnres", "ngpt"])
+def test_x0_mix_is_refused_where_it_does_not_apply(client, residual):
+    for path, body in (("/api/simulate", {"n": 4}), ("/api/sweep", {"n": 4})):
+        r = client.post(path, json=body | {"residual": residual, "x0_mix": True})
+        assert r.status_code == 400
+        error = r.json()["error"]
+        assert "\n" not in error and error.startswith(f"x0_mix must be false with residual={residual} ")
+        assert "residual none, plain, scaled, rezero, deepnorm" in error
 
 
 def test_simulate_is_the_cli_json(client, capsys):
@@ -200,6 +239,9 @@ BAD = [
     ("post", "/api/simulate", {"residual": True}, "residual"),
     ("post", "/api/simulate", {"norm": "layernorm"}, "norm"),
     ("post", "/api/simulate", {"prenorm": True}, "prenorm"),
+    ("post", "/api/simulate", {"x0_mix": "yes"}, "x0_mix"),
+    ("post", "/api/simulate", {"x0_mix": 1}, "x0_mix"),
+    ("post", "/api/sweep", {"residual": "ngpt", "x0_mix": True}, "x0_mix"),
     ("post", "/api/sweep", {"residual": "sideways"}, "residual"),
     ("post", "/api/sweep", {"n": 100}, "n"),
     ("post", "/api/paths", {"n": 65}, "n"),

@@ -63,7 +63,6 @@ from depthlab.model.residual import RESIDUAL_BUILDERS, RESIDUAL_PARAMETERS, Resi
 from depthlab.model.shortcuts import x0_mix_init
 from depthlab.probes.jsonsafe import json_list, json_number
 from depthlab.probes.simulator_bounds import (
-    HISTORY_RESIDUALS,
     MAX_DEPTH,
     MAX_GAIN,
     NORM_FREE_RESIDUALS,
@@ -71,6 +70,7 @@ from depthlab.probes.simulator_bounds import (
     SIM_STREAMS,
     SWEEP_GAINS,
     WIDE_RESIDUALS,
+    X0_MIX_RESIDUALS,
     norm_slot,
 )
 
@@ -123,10 +123,11 @@ class StackRequest:
         _check("residual", self.residual in residual_choices(),
                "one of " + ", ".join(residual_choices()), self.residual)
         _check("norm", self.norm in NORMS, "one of " + ", ".join(NORMS), self.norm)
-        _check("x0_mix", isinstance(self.x0_mix, bool) and not (
-            self.x0_mix and self.residual in WIDE_RESIDUALS + HISTORY_RESIDUALS + NORM_FREE_RESIDUALS),
-            "false with a residual that widens the stream (it mixes one stream) or keeps it "
-            "on the unit sphere", self.x0_mix)
+        _check("x0_mix", isinstance(self.x0_mix, bool), "true or false", self.x0_mix)
+        _check("x0_mix", not self.x0_mix or self.residual in X0_MIX_RESIDUALS,
+               f"false with residual={self.residual} (the mix needs one stream, neither widened "
+               "nor kept on the unit sphere: residual " + ", ".join(X0_MIX_RESIDUALS) + ")",
+               self.x0_mix)
         _check("norm", self.norm == "none" or self.residual not in NORM_FREE_RESIDUALS,
                f"none with residual={self.residual} (it keeps the stream on the unit sphere "
                "itself, with no norm layer)", self.norm)

@@ -31,6 +31,14 @@ NORM_FREE_RESIDUALS = keys_where(lambda s: s.norms == ("none",))
 SIM_STREAMS = 4
 # Residuals whose stream is the history of writes (attnres): x0 mixing does not apply.
 HISTORY_RESIDUALS = keys_where(lambda s: s.widens == "history")
+# Residuals the x0-mixing switch (model.x0_mix) applies to: those with one stream that a
+# norm may touch. It mixes one [.., T, D] stream, so not a widened one or a history of
+# writes, and nGPT keeps its stream on the unit sphere, which the mix would leave.
+X0_MIX_RESIDUALS = tuple(r for r in RESIDUAL_CHOICES
+                         if r not in WIDE_RESIDUALS + HISTORY_RESIDUALS + NORM_FREE_RESIDUALS)
+# The mix as the page prints it before the residual's write (depthlab.model.shortcuts:
+# lambda_i = resid_i from 1.15 to 1.05, mu_i = x0_i from 0.20 to 0.05 over depth).
+X0_MIX_FORMULA = "x ← λᵢ·x + μᵢ·x₀"
 
 
 def norm_slot(residual: str) -> str:
@@ -45,6 +53,7 @@ def page_bounds() -> dict:
             "cli_max_depth": MAX_DEPTH, "residuals": list(RESIDUAL_CHOICES),
             "norms": list(NORMS), "post_norm": [r for r in RESIDUAL_CHOICES if norm_slot(r) == "post"],
             "norm_free": [r for r in RESIDUAL_CHOICES if r in NORM_FREE_RESIDUALS],
+            "x0_mix": list(X0_MIX_RESIDUALS), "x0_formula": X0_MIX_FORMULA,
             "streams": {r: SIM_STREAMS for r in RESIDUAL_CHOICES if r in WIDE_RESIDUALS},
             # the write of each residual, with the marks the page fills (depthlab.variants)
             "formulas": {r: RESIDUAL_SPECS[r].formula for r in RESIDUAL_CHOICES},

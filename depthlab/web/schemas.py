@@ -14,7 +14,14 @@ from pydantic.json_schema import models_json_schema
 from pydantic_core import PydanticCustomError
 
 from depthlab.numtext import NumberTextError, parse_numbers
-from depthlab.probes.simulator_bounds import NORMS, PAGE_GAINS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import (
+    NORMS,
+    PAGE_GAINS,
+    PAGE_MAX_DEPTH,
+    RESIDUAL_CHOICES,
+    X0_MIX_FORMULA,
+    X0_MIX_RESIDUALS,
+)
 from depthlab.variants import RESIDUAL_SPECS
 
 MAX_N = PAGE_MAX_DEPTH  # the simulator's depth slider
@@ -54,6 +61,11 @@ class Switches(_Request):
         + "; ".join(f"{r}: {RESIDUAL_SPECS[r].formula}" for r in RESIDUAL_CHOICES))
     norm: Literal[NORMS] = Field(  # type: ignore[valid-type]
         "none", description="rmsnorm: the model's RMSNorm on each sublayer's input (Pre-Norm)")
+    x0_mix: bool = Field(
+        False, description=f"the model's x0_mix: before every layer i, {X0_MIX_FORMULA} (x₀ the "
+        "input at RMS 1; λ 1.15 → 1.05, μ 0.20 → 0.05 over depth, nanochat's init); only with "
+        "residual " + ", ".join(X0_MIX_RESIDUALS) + " (one stream, not kept on the unit sphere), "
+        "else refused (400)")
 
 
 class SimulateRequest(Switches):

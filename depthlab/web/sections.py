@@ -142,7 +142,7 @@ def defaults(model: type[BaseModel]) -> dict:
 def _stack(req: SimulateRequest | SweepRequest, **kw):
     from depthlab.probes.simulator import StackRequest
 
-    return StackRequest(depth=req.n, residual=req.residual, norm=req.norm, **kw)
+    return StackRequest(depth=req.n, residual=req.residual, norm=req.norm, x0_mix=req.x0_mix, **kw)
 
 
 def simulate(req: SimulateRequest) -> dict:
@@ -212,8 +212,9 @@ def block(req: BlockRequest) -> dict:
 
 # ---- what a static copy holds --------------------------------------------------------------
 # The simulator's slider positions. "standard": N in 11 depths and g from 0.5 to 2.0 in
-# steps of 0.1 (16 values), every residual of the registry with and without the input norm
-# (switches()), both modes. The page snaps its sliders to the grid (api.js `snap`).
+# steps of 0.1 (16 values), every residual of the registry with and without the input norm,
+# and x0 mixing on the plain residual (switches()), both modes. The page snaps its sliders
+# to the grid (api.js `snap`).
 GRIDS = {
     "standard": {"n": (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64),
                  "g": tuple(round(0.5 + 0.1 * i, 2) for i in range(16)), "g_step": 0.1},
@@ -226,11 +227,19 @@ PATHS_GRID = {"n": (1, 2, 3, 4, 5, 8, 10, 16, 32, 64),
               "a": ("-10", "-2", "-1.5", "-1", "-0.5", "-0.1", "0", "0.1", "0.5", "1", "2", "10")}
 
 
+# The residuals whose x0-mixing rows a static copy holds: the plain residual only, which
+# keeps the export about 12% larger rather than 59% with every residual the switch applies
+# to (the page says "not in this static copy" for the others: meta's simulator.x0_static).
+STATIC_X0_MIX = ("plain",)
+
+
 def switches() -> list[dict]:
-    """Every value of the page's switches: each residual of the registry, each input norm
-    it allows (none only for a residual that keeps the stream normalised itself)."""
-    return [{"residual": r, "norm": n} for r, n in itertools.product(RESIDUAL_CHOICES, NORMS)
-            if n == "none" or r not in NORM_FREE_RESIDUALS]
+    """The page's switch settings a static copy holds: each residual of the registry, each
+    input norm it allows (none only for a residual that keeps the stream normalised itself),
+    without x0 mixing, and with it for the residuals of STATIC_X0_MIX."""
+    return [{"residual": r, "norm": n, "x0_mix": x0}
+            for r, n, x0 in itertools.product(RESIDUAL_CHOICES, NORMS, (False, True))
+            if (n == "none" or r not in NORM_FREE_RESIDUALS) and (not x0 or r in STATIC_X0_MIX)]
 
 
 def _static_simulate(grid: str) -> list[SimulateRequest]:

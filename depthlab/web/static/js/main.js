@@ -37,7 +37,7 @@
   LATER.push(...Object.keys(DL.figures).filter((name) => name !== "simulator" && !LATER.includes(name)));
   // Which figures a changed state key concerns.
   const ROUTES = {
-    mode: ["sim"], n: ["sim"], g: ["sim"], residual: ["sim"], norm: ["sim"],
+    mode: ["sim"], n: ["sim"], g: ["sim"], residual: ["sim"], norm: ["sim"], x0: ["sim"],
     flow: ["dataflow"], stage: ["dataflow"], preset: ["block"], place: ["block"],
     pn: ["formula"], pa: ["formula"], vec: ["norms"],
     rrun: ["realmodel"], rp: ["realmodel"], rtext: ["realmodel"], rtgt: ["realmodel"],
@@ -79,7 +79,7 @@
   };
   $("n").addEventListener("input", (e) => input({ n: +e.target.value }));
   $("g").addEventListener("input", (e) => input({ g: +e.target.value }));
-  sim.onSwitch(input); // the residual and norm switches, built by simulator.js from /api/meta
+  sim.onSwitch(input); // the residual, norm and x0-mixing switches, built by simulator.js from /api/meta
   document.querySelectorAll(".tabs [data-mode]").forEach((b) =>
     b.addEventListener("click", () => input({ mode: b.dataset.mode })));
   $("lang").addEventListener("click", () => DL.state.set({ lang: DL.lang() === "zh" ? "en" : "zh" }));

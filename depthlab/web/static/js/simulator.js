@@ -1,6 +1,7 @@
 // The simulator (lesson section 2a/2b): the naive stack (red row) beside an improved one
 // (green row) for one N, g and setting of the model's switches (residual: a name of the
-// model's residual registry; norm: none | rmsnorm on the sublayer input). Two figures share
+// model's residual registry; norm: none | rmsnorm on the sublayer input; x0 mixing, the
+// model's x0_mix, for the residuals meta's simulator.x0_mix lists). Two figures share
 // the controls: gradient mode (per-layer gradient bars, stream RMS, bottom/top ratio over g)
 // and collapse mode (distance from all-equal per layer, stream RMS, mean cosine). The
 // sliders' bounds and the switches' choices come from /api/meta (`simulator`).
@@ -58,7 +59,8 @@
     const wrap = (e) => (on ? "RMSNorm(" + e + ")" : e);
     const n = (spec && spec.streams && spec.streams[st.residual]) || "n"; // copies of the stream
     const template = (spec && spec.formulas && spec.formulas[st.residual]) || "x ← " + st.residual + "(x, F(x))";
-    return template.replace(/F\(([^()]*)\)/g, (_, h) => f(h))
+    const mix = st.x0 && spec && spec.x0_formula ? spec.x0_formula + "; " : ""; // before every layer
+    return mix + template.replace(/F\(([^()]*)\)/g, (_, h) => f(h))
       .replace(/⟦([^⟧]*)⟧/g, (_, e) => wrap(e)).replace(/\{n\}/g, String(n));
   }
   let spec = null; // /api/meta's `simulator`
@@ -67,6 +69,20 @@
   // The norm switch names its slot: the sublayer input, or after the add (Post-LN residuals).
   const normFree = (name) => !!(spec && spec.norm_free && spec.norm_free.includes(name));
   const normLabel = (st) => DL.t(spec && spec.post_norm.includes(st.residual) ? "sim.t.postnorm" : "sim.t.prenorm");
+  // x0 mixing mixes one stream that the residual does not hold on the sphere (meta's
+  // simulator.x0_mix); a static copy holds it only for the residuals of its x0_static.
+  const x0Applies = (name) => !!(spec && spec.x0_mix && spec.x0_mix.includes(name));
+  const x0Stored = (name) => !(spec && spec.x0_static) || spec.x0_static.includes(name);
+  const x0Open = (name) => x0Applies(name) && x0Stored(name);
+  const x0Why = (name) => DL.t(!x0Applies(name) ? "sim.t.x0.off" : !x0Stored(name) ? "sim.t.x0.static" : "sim.t.x0.hint");
+  function x0Show(st) { // the checkbox, its label and its tooltip for the state `st`
+    const box = $("t-x0");
+    if (!box) return;
+    Object.assign(box, { checked: !!st.x0, disabled: !x0Open(st.residual) });
+    $("t-x0-label").parentElement.title = x0Why(st.residual);
+    // in a static copy the reason is written out, not only in the tooltip
+    $("t-x0-why").textContent = x0Applies(st.residual) && !x0Stored(st.residual) ? " " + DL.t("sim.t.x0.static.short") : "";
+  }
 
   // The switches, one radio per residual and a checkbox for the input norm, from meta.
   function buildSwitches(spec, st, onSwitch) {
@@ -81,8 +97,10 @@
       const label = document.createElement("label");
       const radio = Object.assign(document.createElement("input"), {
         type: "radio", name: "sim-residual", id: "t-res-" + name, value: name, checked: st.residual === name });
-      // a residual that allows no norm (nGPT) turns the norm switch off with it
-      radio.addEventListener("change", () => onSwitch(normFree(name) ? { residual: name, norm: "none" } : { residual: name }));
+      // a residual that allows no norm (nGPT) turns the norm switch off with it, one that
+      // x0 mixing does not apply to (or a static copy does not hold it for) the x0 switch
+      radio.addEventListener("change", () => onSwitch(Object.assign({ residual: name },
+        normFree(name) ? { norm: "none" } : {}, x0Open(name) ? {} : { x0: false })));
       label.append(radio, " " + residualLabel(name));
       group.append(label, " ");
     }
@@ -92,7 +110,13 @@
     box2.addEventListener("change", (e) => onSwitch({ norm: e.target.checked ? "rmsnorm" : "none" }));
     const text = Object.assign(document.createElement("span"), { id: "t-norm-label", textContent: " " + normLabel(st) });
     label.append(box2, text);
-    box.append(group, label);
+    const x0 = document.createElement("label");
+    const box3 = Object.assign(document.createElement("input"), { type: "checkbox", id: "t-x0" });
+    box3.addEventListener("change", (e) => onSwitch({ x0: e.target.checked }));
+    x0.append(box3, Object.assign(document.createElement("span"), { id: "t-x0-label", textContent: " " + DL.t("sim.t.x0") }),
+              Object.assign(document.createElement("span"), { id: "t-x0-why", className: "note" }));
+    box.append(group, label, " ", x0);
+    x0Show(st);
   }
 
   // One token through the first writes, as arrows in the plane the server chose
@@ -225,7 +249,8 @@
         : DL.t("read.dist", { n, g: g.toFixed(2), a: DL.pow10(r.naive.rel_distance[n]),
                               b: DL.pow10(r.improved.rel_distance[n]) });
       const fresh = current && n === current.n && g === current.g &&
-        r.request.residual === current.residual && r.request.norm === current.norm;
+        r.request.residual === current.residual && r.request.norm === current.norm &&
+        r.request.x0_mix === current.x0;
       status.textContent = fresh ? "" : DL.t("sim.busy");
       if (fresh && DL.perf.t0 != null) {
         const t0 = DL.perf.t0;
@@ -270,10 +295,15 @@
             onSwitch({ norm: "none" });
             return;
           }
+          if (st.x0 && !x0Open(st.residual)) { // a link that asks for x0 mixing where it is not
+            onSwitch({ x0: false });
+            return;
+          }
           if ($("t-norm")) Object.assign($("t-norm"), { checked: st.norm === "rmsnorm", disabled: normFree(st.residual) });
           if ($("t-norm-label")) $("t-norm-label").textContent = " " + normLabel(st);
+          x0Show(st);
           $("improved-formula").textContent = formula(st);
-          const switches = { residual: st.residual, norm: st.norm };
+          const switches = { residual: st.residual, norm: st.norm, x0_mix: st.x0 };
           sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, switches));
           if (st.mode === "gradient") sendSweep(Object.assign({ n: st.n }, switches));
         }, () => {}); // a failed meta is shown once, by `ready` above
