@@ -41,6 +41,27 @@ def test_live_page(live, browser, runs):
     assert float(page.get_attribute("#ro-plain", "data-ratio")) == pytest.approx(api["naive"]["ratio"])
     assert "n=8" in page.url  # the state lives in the URL
 
+    # x0 mixing: its switch turns the green row into the API's answer with x0_mix (the red
+    # row stays), the formula shows the mix, and turning it off brings the row back.
+    def api_ratio(**switches):
+        return page.evaluate("""(sw) => fetch('api/meta').then(r => r.json()).then(m => fetch('api/simulate', {
+            method: 'POST', headers: {'content-type': 'application/json', [m.token_header]: m.write_token},
+            body: JSON.stringify(Object.assign({mode: 'gradient', n: 8, g: 1.0}, sw))}))
+            .then(r => r.json())""", switches)["improved"]["ratio"]
+
+    red = page.get_attribute("#ro-plain", "data-ratio")
+    assert not page.is_checked("#t-x0") and not page.is_disabled("#t-x0")
+    assert "λᵢ·x + μᵢ·x₀" in page.get_attribute("#t-x0-label >> xpath=..", "title")  # the hint
+    page.click("#t-x0")
+    mixed = api_ratio(residual="plain", norm="none", x0_mix=True)
+    assert mixed != pytest.approx(ratio, rel=1e-3)
+    page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {mixed!r}")
+    assert "x0=1" in page.url and page.get_attribute("#ro-plain", "data-ratio") == red
+    assert page.inner_text("#improved-formula") == "x ← λᵢ·x + μᵢ·x₀; x ← x + F(x)"
+    page.click("#t-x0")
+    page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {ratio!r}")
+    assert "x0=0" in page.url and page.inner_text("#improved-formula") == "x ← x + F(x)"
+
     # The switches are the model's: one radio per residual of the registry (from /api/meta),
     # and the sliders' bounds come from meta too.
     meta = page.evaluate("() => fetch('api/meta').then(r => r.json())")["simulator"]
@@ -72,12 +93,16 @@ def test_live_page(live, browser, runs):
     page.wait_for_function("() => location.hash.includes('residual=ngpt') && location.hash.includes('norm=none')")
     assert not page.is_checked("#t-norm") and page.is_disabled("#t-norm")
     assert page.inner_text("#improved-formula") == "x ← N(x + α·(N(F(x)) − x)), N(v) = v/‖v‖"
+    # x0 mixing does not apply to nGPT: its switch is off and disabled, and says why
+    assert not page.is_checked("#t-x0") and page.is_disabled("#t-x0")
+    assert "not with this residual" in page.get_attribute("#t-x0-label >> xpath=..", "title")
     page.wait_for_function("() => document.getElementById('ro-improved').dataset.ratio !== undefined")
     page.goto("about:blank")
-    page.goto(live + "#lang=en&n=8&residual=ngpt&norm=rmsnorm")
-    page.wait_for_function("() => location.hash.includes('norm=none')", timeout=15000)
+    page.goto(live + "#lang=en&n=8&residual=ngpt&norm=rmsnorm&x0=1")
+    page.wait_for_function("() => location.hash.includes('norm=none') && location.hash.includes('x0=0')",
+                           timeout=15000)
     _wait_readout(page, 8)
-    assert page.is_checked("#t-res-ngpt") and page.is_disabled("#t-norm")
+    assert page.is_checked("#t-res-ngpt") and page.is_disabled("#t-norm") and page.is_disabled("#t-x0")
     page.click("#t-res-rezero")
     page.wait_for_function("() => !document.getElementById('t-norm').disabled")
 
@@ -161,7 +186,16 @@ def test_static_export_from_file(tmp_path, browser, runs):
     assert float(page.get_attribute("#ro-improved", "data-ratio")) == pytest.approx(want)
     assert data["meta"]["simulator"]["residuals"] == [
         e for e in page.eval_on_selector_all("[name=sim-residual]", "els => els.map(e => e.value)")]
-    page.click("#t-res-scaled")
+    # x0 mixing, stored for the plain residual: the switch changes the green row here too
+    page.click("#t-x0")
+    want = improved(residual="plain", norm="none", x0_mix=True)
+    assert want != pytest.approx(improved(residual="plain", norm="none"), rel=1e-3)
+    page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {want}")
+    assert data["meta"]["simulator"]["x0_static"] == ["plain"]
+    page.click("#t-res-scaled")  # not stored for scaled: the switch goes off and says so
+    page.wait_for_function("() => location.hash.includes('x0=0')")
+    assert page.is_disabled("#t-x0") and page.inner_text("#t-x0-why").strip() == "(not in this static copy)"
+    assert "Not in this static copy" in page.get_attribute("#t-x0-label >> xpath=..", "title")
     page.click("#t-norm")
     want = improved(residual="scaled", norm="rmsnorm")
     page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {want}")
