@@ -163,7 +163,8 @@ def _timed(cfg: Config, p: Plan) -> Config:
 
 def arm_config(base: Config, arm: Arm, p: Plan) -> Config:
     try:
-        return _timed(with_steps(variant(base, *arm.overrides), p.arm_steps), p)
+        # the arm's own settings last: with_steps would reset a warmup the arm sets
+        return _timed(variant(with_steps(base, p.arm_steps), *arm.overrides), p)
     except ConfigError as e:
         raise UserError(f"speedrun arm {arm.name!r} ({' '.join(arm.overrides)}) is not "
                         f"available in this build: {e}") from None
