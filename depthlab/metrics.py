@@ -18,7 +18,8 @@ Every line has "kind" and "time" (unix seconds); kinds and their other keys:
                shortcuts on, their learned values: x0_mix_resid, x0_mix_x0,
                unet_skip_weight, value_embed_gate (L values each, null on layers
                without one; the gate is its mean on the probe batch), backout_lambda,
-               smear_lambda, smear_gate
+               smear_lambda, smear_gate; with model.residual=ngpt, ngpt_alpha_attn and
+               ngpt_alpha_mlp (L values: each update's mean alpha); all of them LEARNED_KEYS
     run_end    step, status (completed | interrupted | failed), message, diverged (true when
                a non-finite loss or gradient stopped the run; a crash logs no diverged key)
 Readers ignore unknown keys and a truncated last line. On resume the trainer cuts
@@ -37,6 +38,12 @@ from depthlab.atomic import atomic_write_text
 from depthlab.rundir import METRICS_FILE
 
 KINDS = ("run_start", "train", "eval", "probe", "run_end")
+
+# The learned values a probe line may carry (depthlab.train.measures.shortcut_values): a
+# number, or a list with one entry per layer (null on a layer without one).
+LEARNED_KEYS = ("x0_mix_resid", "x0_mix_x0", "unet_skip_weight", "backout_lambda",
+                "smear_lambda", "smear_gate", "value_embed_gate", "ngpt_alpha_attn",
+                "ngpt_alpha_mlp")
 
 
 class MetricsWriter:

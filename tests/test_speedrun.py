@@ -192,23 +192,57 @@ def test_learned_per_layer_values_are_seed_means_per_layer():
     spec = get_experiment("speedrun").grid(base_config(BUDGETS["micro"], CORPUS),
                                            BUDGETS["micro"], 1)[1]
     a = RunResult(spec, Path("a"), [
-        {"kind": "train", "step": 10, "stream.x0": [0.2, 0.1], "loss": 3.0},
-        {"kind": "probe", "step": 10, "resid_rms": [1.0, 2.0, 3.0]},  # not learned: ignored
-        {"kind": "train", "step": 20, "stream.x0": [0.3, 0.0], "stream.one": 1.0},
-        {"kind": "train", "step": 30, "stream.x0": [0.5, 0.5]}])  # only seed a: dropped
+        {"kind": "probe", "step": 10, "x0_mix_x0": [0.2, 0.1], "loss": 3.0,
+         "resid_rms": [1.0, 2.0, 3.0]},  # not a learned value: ignored
+        {"kind": "probe", "step": 20, "x0_mix_x0": [0.3, 0.0], "backout_lambda": 1.0,
+         "unet_skip_weight": [None, 0.5]},  # logged by seed a only: dropped
+        {"kind": "probe", "step": 30, "x0_mix_x0": [0.5, 0.5]}])  # only seed a: dropped
     b = RunResult(spec, Path("b"), [
-        {"kind": "train", "step": 10, "stream.x0": [0.4, 0.3]},
-        {"kind": "train", "step": 20, "stream.x0": [0.1, 0.2]}])
+        {"kind": "probe", "step": 10, "x0_mix_x0": [0.4, 0.3]},
+        {"kind": "probe", "step": 20, "x0_mix_x0": [0.1, 0.2], "unet_skip_weight": [None, 0.7]}])
     got = sr.learned_series([a, b])
-    assert list(got) == ["stream.x0"]
-    steps, layers = got["stream.x0"]
+    assert sorted(got) == ["unet_skip_weight", "x0_mix_x0"]
+    steps, layers = got["x0_mix_x0"]
     assert steps == [10, 20]
     assert layers[0] == pytest.approx([0.3, 0.2], abs=1e-15)
     assert layers[1] == pytest.approx([0.2, 0.1], abs=1e-15)
+    # a layer without the value (None) has no line; the others keep their own index
+    assert got["unet_skip_weight"] == ([20], {1: pytest.approx([0.6], abs=1e-15)})
     charts = sr.learned_charts({spec.arm: [a, b]})
-    assert [s["label"] for s in charts[0]["series"]] == ["layer 0", "layer 1"]
-    sentence = sr.learned_sentences({spec.arm: [a, b]})[0]["en"]
+    assert [s["label"] for s in charts[0]["series"]] == ["layer 1"]  # unet_skip_weight first
+    assert [s["label"] for s in charts[1]["series"]] == ["layer 0", "layer 1"]
+    sentence = sr.learned_sentences({spec.arm: [a, b]})[1]["en"]
     assert "at step 20: 0.200 / 0.100 (at the first logged step: 0.300 / 0.200)" in sentence
+
+
+def test_every_learned_value_a_model_logs_is_one_the_race_draws():
+    # shortcut_values (the probe lines) against LEARNED_KEYS (what the speedrun draws):
+    # a model with every shortcut on, and an nGPT model.
+    import torch
+
+    from depthlab.config import apply_overrides
+    from depthlab.metrics import LEARNED_KEYS
+    from depthlab.model import Transformer
+    from depthlab.presets import tiny
+    from depthlab.train.measures import shortcut_values
+
+    shortcuts = ("model.n_layers=4", "model.d_model=32", "model.x0_mix=true",
+                 "model.backout=true", "model.value_embeds=true", "model.smear=true",
+                 "model.unet_skips=true")
+    ngpt = ("model.residual=ngpt", "model.norm=none", "model.final_norm=false",
+            "model.ffn=swiglu")
+    logged = set()
+    for overrides in (shortcuts, ngpt):
+        cfg = apply_overrides(tiny(), list(overrides))
+        torch.manual_seed(0)
+        model = Transformer(cfg.model)
+        x = torch.randint(0, cfg.model.vocab_size, (2, 8))
+        values = shortcut_values(model, x)
+        assert values and set(values) <= set(LEARNED_KEYS), set(values) - set(LEARNED_KEYS)
+        for value in values.values():
+            assert sr._layers(value) is not None  # a shape the race can draw
+        logged |= set(values)
+    assert logged == set(LEARNED_KEYS)  # every key is logged by some model
 
 
 def test_grids_per_budget():

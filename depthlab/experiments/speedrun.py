@@ -15,8 +15,9 @@ course preset), the one named BEST combines switches fixed in the table (the ana
 says which of them paid alone). A switch pays when its arm reaches the target in every
 seed and in less CPU time than the baseline, beyond the seeds' spread.
 
-Learned per-layer scalars the runs log under keys starting with LEARNED_PREFIX (a list
-with one value per layer, on any line kind) are drawn per layer over steps.
+The learned values the runs' probe lines log (depthlab.train.measures.LEARNED_KEYS: the
+shortcuts' lambdas and gates, nGPT's alphas; a list with one value per layer, or one
+number) are drawn per layer over steps.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from depthlab.experiments.spec import (
     with_steps,
 )
 from depthlab.experiments.wording import Text, joined, phrase
+from depthlab.metrics import LEARNED_KEYS
 from depthlab.presets import gpt2
 
 
@@ -80,20 +82,30 @@ def arm_words(name: str, **values: object) -> Text:
 
 BASELINE = "baseline"
 BEST = "best"
+# The best combination's switches (also the `speedrun` preset's, depthlab.presets).
+BEST_OVERRIDES = ("model.value_residual=true", "model.attn_gate=true")
 REFERENCE = "reference"
-# One row per arm. The switches of the parallel work (x0 mixing, backout, value
-# embeddings, smear, U-net skips, logit softcap, nGPT, Muon) join as rows; BEST names the
-# switches that paid alone in the last measured results (docs/experiments.md says which).
+# One row per arm, each one switch on top of the course preset; BEST combines the switches
+# that paid alone in the last measured race (docs/experiments.md says which, and from
+# which budget). nGPT trains without warmup and weight decay, as its paper does.
 ARMS: tuple[Arm, ...] = (
     Arm(BASELINE, ()),
+    Arm("muon", ("train.optimizer=muon",)),
+    Arm("x0-mix", ("model.x0_mix=true",)),
+    Arm("backout", ("model.backout=true",)),
+    Arm("value-embeds", ("model.value_embeds=true",)),
+    Arm("smear", ("model.smear=true",)),
+    Arm("unet-skips", ("model.unet_skips=true",)),
+    Arm("softcap", ("model.logit_softcap=15",)),
     Arm("value-residual", ("model.value_residual=true",)),
     Arm("attn-gate", ("model.attn_gate=true",)),
-    Arm(BEST, ("model.value_residual=true", "model.attn_gate=true")),
+    Arm("ngpt", ("model.residual=ngpt", "model.norm=none", "model.final_norm=false",
+                 "train.warmup_steps=0", "train.weight_decay=0")),
+    Arm(BEST, BEST_OVERRIDES),
 )
 COLORS = (BLUE, GREEN, ORANGE, PURPLE, RED, "#8c564b", "#e377c2", "#bcbd22", "#17becf",
           "#393b79", "#637939", "#843c39")
 REF_COLOR = GREY
-LEARNED_PREFIX = "stream."
 GOAL = 0.35  # the issue's goal: an arm's CPU time to target over the reference's
 
 
@@ -151,7 +163,8 @@ def _timed(cfg: Config, p: Plan) -> Config:
 
 def arm_config(base: Config, arm: Arm, p: Plan) -> Config:
     try:
-        return _timed(with_steps(variant(base, *arm.overrides), p.arm_steps), p)
+        # the arm's own settings last: with_steps would reset a warmup the arm sets
+        return _timed(variant(with_steps(base, p.arm_steps), *arm.overrides), p)
     except ConfigError as e:
         raise UserError(f"speedrun arm {arm.name!r} ({' '.join(arm.overrides)}) is not "
                         f"available in this build: {e}") from None
@@ -417,25 +430,34 @@ def cpu_chart(arms: dict[str, list[RunResult]], r: Race,
                  phrase("axis.val_loss"), lines)
 
 
-def learned_series(runs: list[RunResult]) -> dict[str, tuple[list[int], list[list[float]]]]:
-    """key -> (steps, per layer the seed-mean value at each step), for every key starting
-    with LEARNED_PREFIX whose value is a list of numbers, on any line kind; only steps
-    every run logged are kept."""
-    per_key: dict[str, dict[int, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
+def _layers(value: object) -> dict[int, float] | None:
+    """A logged learned value as {layer: number} (one number: layer 0; None entries, the
+    layers without one, left out), or None when it is not a learned value's shape."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {0: float(value)}
+    if isinstance(value, list) and any(v is not None for v in value) and all(
+            v is None or isinstance(v, int | float) for v in value):
+        return {i: float(v) for i, v in enumerate(value) if v is not None}
+    return None
+
+
+def learned_series(runs: list[RunResult]) -> dict[str, tuple[list[int], dict[int, list[float]]]]:
+    """key -> (steps, {layer: the seed-mean value at each step}), for every key of
+    LEARNED_KEYS the runs log, on any line kind; only steps every run logged are kept."""
+    per_key: dict[str, dict[int, list[dict[int, float]]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         for rec in run.records:
-            for key, value in rec.items():
-                if (key.startswith(LEARNED_PREFIX) and isinstance(value, list) and value
-                        and all(isinstance(v, int | float) for v in value)):
-                    per_key[key][rec["step"]].append([float(v) for v in value])
+            for key in LEARNED_KEYS:
+                if key in rec and (layers := _layers(rec[key])) is not None:
+                    per_key[key][rec["step"]].append(layers)
     out = {}
     for key, by_step in per_key.items():
         steps = sorted(s for s, vs in by_step.items() if len(vs) == len(runs))
         if not steps:
             continue
-        layers = len(by_step[steps[0]][0])
-        out[key] = (steps, [[mean([v[i] for v in by_step[s]]) for s in steps]
-                            for i in range(layers)])
+        layers = sorted(by_step[steps[0]][0])
+        out[key] = (steps, {i: [mean([v[i] for v in by_step[s]]) for s in steps]
+                            for i in layers})
     return out
 
 
@@ -444,7 +466,7 @@ def learned_charts(arms: dict[str, list[RunResult]]) -> list[dict]:
     for arm, runs in arms.items():
         for key, (steps, layers) in sorted(learned_series(runs).items()):
             lines = [series(f"layer {i}", steps, ys, COLORS[i % len(COLORS)])
-                     for i, ys in enumerate(layers)]
+                     for i, ys in layers.items()]
             ident = re.sub(r"[^A-Za-z0-9]+", "_", f"learned_{arm}_{key}")  # a file name
             charts.append(chart(ident, phrase(
                 "speedrun.chart.learned", name=key,
@@ -461,10 +483,10 @@ def learned_sentences(arms: dict[str, list[RunResult]]) -> list[Text]:
             out.append(phrase("speedrun.learned", name=key,
                               arm=arm_words(spec.arm, steps=spec.cfg.train.steps),
                               step=steps[-1],
-                              values=" / ".join(f"{ys[-1]:.3f}" for ys in layers),
-                              start=" / ".join(f"{ys[0]:.3f}" for ys in layers)))
+                              values=" / ".join(f"{ys[-1]:.3f}" for ys in layers.values()),
+                              start=" / ".join(f"{ys[0]:.3f}" for ys in layers.values())))
     if not out:
-        out.append(phrase("speedrun.no_learned", prefix=LEARNED_PREFIX))
+        out.append(phrase("speedrun.no_learned"))
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from depthlab.model.ngpt import NGPTResidual
 from depthlab.model.shortcuts import GATE_HOOKS, learned_values
 
 DENSE_PROBES = 10  # probes within the first probe_every steps
@@ -31,12 +32,24 @@ def input_dependence(logits: torch.Tensor) -> float:
     return (0.5 * (p - p.mean(0)).abs().sum(-1)).mean().item()
 
 
+def ngpt_alphas(model: torch.nn.Module) -> dict[str, list[float]]:
+    """nGPT's eigen learning rates (depthlab.model.ngpt): the mean effective alpha of each
+    layer's attention and MLP update, how far each step moves the stream towards the
+    write. {} for another residual."""
+    blocks = list(model.blocks)
+    if not isinstance(blocks[0].attn_residual, NGPTResidual):
+        return {}
+    return {"ngpt_alpha_attn": [b.attn_residual.alpha().mean().item() for b in blocks],
+            "ngpt_alpha_mlp": [b.mlp_residual.alpha().mean().item() for b in blocks]}
+
+
 @torch.no_grad()
 def shortcut_values(model: torch.nn.Module, x: torch.Tensor) -> dict[str, Any]:
-    """The stream shortcuts' learned scalars (depthlab.model.shortcuts.learned_values) and
-    the mean of their input-dependent gates on the batch x: smear's, and each value
-    embedding's per layer (None on layers without one). {} for a model without them."""
-    values: dict[str, Any] = learned_values(model)
+    """The stream shortcuts' learned scalars (depthlab.model.shortcuts.learned_values),
+    nGPT's alphas, and the mean of the input-dependent gates on the batch x: smear's, and
+    each value embedding's per layer (None on layers without one). {} for a model without
+    any of them. Its keys are among LEARNED_KEYS."""
+    values: dict[str, Any] = {**learned_values(model), **ngpt_alphas(model)}
     hooks = set(model.hook_names())
     smear = GATE_HOOKS["smear_gate"]
     layers = [GATE_HOOKS["value_embed_gate"].format(i=i) for i in range(len(model.blocks))]
