@@ -30,8 +30,10 @@ def states() -> list[dict]:
     out = [dict(c, n=n, g=g) for c in COMBOS for n, g in ((1, 0.5), (64, 0.5), (64, 2.0), (1, 2.0))]
     out += [dict(COMBOS[i % len(COMBOS)], n=i + 1, g=GAINS[(i * 7) % len(GAINS)]) for i in range(64)]
     # the states the first report named
-    out += [{"mode": "gradient", "n": 64, "g": 0.5, "residual": "scaled", "norm": "rmsnorm"},
-            {"mode": "gradient", "n": 48, "g": 0.6, "residual": "none", "norm": "none"}]
+    out += [{"mode": "gradient", "n": 64, "g": 0.5, "residual": "scaled", "norm": "rmsnorm",
+             "x0_mix": False},
+            {"mode": "gradient", "n": 48, "g": 0.6, "residual": "none", "norm": "none",
+             "x0_mix": False}]
     return out
 
 
