@@ -278,3 +278,19 @@ def test_reference_is_nanogpts_model():
     assert model.blocks[0].qkv.weight.std().item() == pytest.approx(0.02, rel=0.03)
     logits = model(torch.randint(0, 65, (2, 64)))
     assert logits.shape == (2, 64, 65)
+
+
+def test_with_one_seed_an_arm_pays_only_with_fewer_steps_to_the_target():
+    def hits(step, cpu):
+        return [sr.Hit(step, step * 10, cpu, 2 * cpu, 500, 1.8)]
+
+    race = sr.Race(2.3, 40.0, {sr.BASELINE: hits(100, 13.0), "same-step": hits(100, 11.0),
+                               "fewer-steps": hits(75, 12.0), "slower": hits(75, 14.0),
+                               "never": [sr.Hit(None, None, None, 30.0, 500, 2.5)]})
+    assert not race.pays("same-step")  # cheaper, but at the same step: load, not design
+    assert race.pays("fewer-steps")
+    assert not race.pays("slower") and not race.pays("never")
+    # with seeds, the spread decides
+    two = sr.Race(2.3, 40.0, {sr.BASELINE: hits(100, 13.0) + hits(100, 13.2),
+                              "same-step": hits(100, 11.0) + hits(100, 11.1)})
+    assert two.pays("same-step")
