@@ -18,11 +18,9 @@ from __future__ import annotations
 import ast
 import sys
 from functools import cache
-from pathlib import Path
 
 import pytest
-
-PACKAGE = Path(__file__).parent.parent / "depthlab"
+from module_map import MODULES, PACKAGE, owner
 
 # (a) Heavy or optional packages: slow to import (torch takes seconds on a loaded
 # machine; numpy, matplotlib, the web stack a few hundred ms) or needed by few commands.
@@ -31,25 +29,6 @@ HEAVY = frozenset({"torch", "numpy", "matplotlib", "tokenizers", "safetensors", 
                    "playwright"})
 # (c) (importer, imported) -> why a module-level import would be a circle.
 CYCLES: dict[tuple[str, str], str] = {}
-
-
-def _module_names() -> dict[str, Path]:
-    names = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-MODULES = _module_names()
-
-
-def _owner(name: str) -> str:
-    while name not in MODULES:
-        name = name.rpartition(".")[0]
-    return name
 
 
 @cache
@@ -74,7 +53,7 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str) -> list[str]:
     loads), other packages by their top-level name."""
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
-        return [_owner(n) if n.split(".")[0] == "depthlab" else n.split(".")[0] for n in names]
+        return [owner(n) if n.split(".")[0] == "depthlab" else n.split(".")[0] for n in names]
     base = node.module or ""
     if node.level:
         package = importer if MODULES[importer].name == "__init__.py" else importer.rpartition(".")[0]
@@ -83,7 +62,7 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str) -> list[str]:
     if base.split(".")[0] != "depthlab":
         return [base.split(".")[0]]
     lazy = _lazy_exports(base)
-    return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else lazy.get(a.name, _owner(base))
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else lazy.get(a.name, owner(base))
             for a in node.names]
 
 

@@ -7,11 +7,9 @@ depthlab.x.y when that is a module, else of depthlab.x.
 """
 
 import ast
-from pathlib import Path
 
 import pytest
-
-PACKAGE = Path(__file__).parent.parent / "depthlab"
+from module_map import MODULES, owner
 
 # The layer of each module, by longest matching name prefix. A module may import modules
 # of its own layer or of a lower one, never of a higher one. The order is the data path;
@@ -63,26 +61,6 @@ KNOWN_CIRCLES: dict[tuple[str, ...], str] = {}  # (module prefixes,) -> owner
 KNOWN_UPWARD: dict[tuple[str, str], str] = {}  # (importer, imported) -> owner
 
 
-def module_names() -> dict[str, Path]:
-    names = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-MODULES = module_names()
-
-
-def _owner(name: str) -> str:
-    """The nearest enclosing module of a dotted name (depthlab.x.y -> depthlab.x)."""
-    while name not in MODULES:
-        name = name.rpartition(".")[0]
-    return name
-
-
 def imports_of(name: str) -> set[str]:
     """The depthlab modules `name` imports, anywhere in its file."""
     path = MODULES[name]
@@ -90,7 +68,7 @@ def imports_of(name: str) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {_owner(a.name) for a in node.names if a.name.split(".")[0] == "depthlab"}
+            found |= {owner(a.name) for a in node.names if a.name.split(".")[0] == "depthlab"}
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -100,7 +78,7 @@ def imports_of(name: str) -> set[str]:
                 continue
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                found.add(full if full in MODULES else _owner(base))
+                found.add(full if full in MODULES else owner(base))
     found.discard(name)
     return found
 
