@@ -60,6 +60,35 @@ def test_the_embedding_and_every_write_sum_to_the_models_logit(changes, position
     assert tops == sorted(tops, reverse=True) and tops[0] == max(map(abs, d["contribution"]))
 
 
+@pytest.mark.parametrize("changes", [
+    {"n_layers": 4, "backout": True}, {"x0_mix": True}, {"unet_skips": True},
+    {"smear": True, "value_embeds": True}, {"logit_softcap": 2},
+    {"residual": "ngpt", "norm": "none", "final_norm": False},
+])
+def test_the_terms_sum_to_the_logit_with_the_stream_shortcuts_and_ngpt(changes):
+    # backout subtracts after the last write (one more term), x0 mixing and U-net skips
+    # change the stream between writes (inside the differences), nGPT scales each logit
+    # by its own s_z, the softcap bends the logit after the sum (the terms sum to the
+    # logit before it).
+    model = _model(seed=2, **changes)
+    with torch.no_grad():  # learned scalars away from their init, so each one counts
+        for name, p in model.named_parameters():
+            if any(k in name for k in ("lam", "x0_mix", "unet_skip", "s_z")):
+                p.add_(0.2 * torch.randn_like(p))
+    d = realmodel_probes(model, IDS, target=11)["dla"]
+    with torch.no_grad():
+        logit = float(model(torch.tensor([IDS]))[0, -1, 11])
+    L = model.cfg.n_layers
+    backout = changes.get("backout", False)
+    assert len(d["contribution"]) == 2 * L + 1 + backout
+    assert (d["terms"][-1] == "backout") == backout
+    cap = changes.get("logit_softcap")
+    assert d["softcap"] == cap
+    total = d["sum"] if cap is None else cap * math.tanh(d["sum"] / cap)  # tanh contracts
+    assert total == pytest.approx(logit, abs=d["tolerance"])
+    assert abs(d["gap"]) <= d["tolerance"]
+
+
 def test_without_writes_the_embedding_is_the_whole_logit():
     model = _model(seed=1)
     with torch.no_grad():

@@ -23,6 +23,7 @@ stream.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -60,7 +61,10 @@ def direct_logit_attribution(model: Any, states: torch.Tensor, target: int, posi
     the change write k made. Contribution_k = (term_k (centred, for LayerNorm) * scale *
     norm weight) . W_U[target], scale = 1 / sqrt(mean(x_final^2) + eps) of the final state.
     `tolerance` bounds the gap from float32 rounding of the model's own logit: D * eps32
-    times the sum of |normalised final state * W_U[target]| (the dot product's condition)."""
+    times the sum of |normalised final state * W_U[target]| (the dot product's condition).
+    model.backout's subtraction after the last write is one more term ("backout"); nGPT's
+    per-token logit scale multiplies every term; with a logit softcap the terms sum to
+    the logit before the cap (`logit` is then that, recovered with atanh)."""
     parts = _norm_parts(model)
     if parts is None:
         return {"available": False, "reason": "the final norm (DyT) is not linear at a fixed scale"}
@@ -69,6 +73,16 @@ def direct_logit_attribution(model: Any, states: torch.Tensor, target: int, posi
     terms = torch.cat([x[:1], x[1:] - x[:-1]])  # embedding, then each write's change
     u = _unembed_row(model, target)
     final = x[-1]
+    backout = getattr(model, "backout", None)
+    if backout is not None:  # model.backout: x - lambda * x_mid after the last write, a term too
+        took = -float(backout.lam) * x[2 * (backout.layer + 1)]
+        terms, final, labels = torch.cat([terms, took[None]]), final + took, [*labels, "backout"]
+    scale_z = getattr(model, "logit_scale", None)
+    if scale_z is not None:  # nGPT's s_z: one factor per vocabulary entry, linear
+        u = u * float(scale_z.s_z()[target])
+    cap = getattr(model.cfg, "logit_softcap", None)
+    if cap is not None:  # the terms sum to the logit before cap * tanh(logit / cap)
+        real_logit = cap * math.atanh(max(-1.0, min(1.0, real_logit / cap)))
     D = final.shape[-1]
     if kind == "layer":
         terms = terms - terms.mean(-1, keepdim=True)
@@ -91,7 +105,7 @@ def direct_logit_attribution(model: Any, states: torch.Tensor, target: int, posi
     return {"available": True, "position": position, "target_id": target, "terms": labels,
             "contribution": [float(c) for c in contrib], "bias": bias_term, "sum": total,
             "logit": real_logit, "gap": total - real_logit, "tolerance": tolerance,
-            "final_scale": float(scale), "norm": kind,
+            "final_scale": float(scale), "norm": kind, "softcap": cap,
             "top": [{"term": labels[k], "k": k, "value": float(contrib[k])} for k in order[:5]]}
 
 
