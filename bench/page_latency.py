@@ -90,7 +90,7 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
-    from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+    from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
 
     results: dict[str, list[float]] = {m: [] for m in args.modes}
     for _ in range(args.rounds):
@@ -102,8 +102,10 @@ def main() -> int:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 for mode in args.modes:
-                    for switches in product(RESIDUAL_CHOICES, NORMS):
-                        results[mode] += measure(page, mode, switches)
+                    for residual, norm in product(RESIDUAL_CHOICES, NORMS):
+                        if norm != "none" and residual in NORM_FREE_RESIDUALS:
+                            continue  # nGPT has no norm to switch on
+                        results[mode] += measure(page, mode, (residual, norm))
                 browser.close()
         finally:
             server.terminate()
