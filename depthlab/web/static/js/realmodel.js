@@ -108,7 +108,7 @@
     let result = null;
     let want = null; // the request on screen (or on its way)
     let ticker = null;
-    DL.realmodel = { result: () => result, request: () => want, busy: false, views: () => DL.rmViews.drawn() };
+    DL.realmodel = { result: () => result, request: () => want, busy: false, views: () => DL.rmViews.drawn(), receivedAt: null };
 
     const fail = (msg) => {
       errBox.textContent = msg ? DL.t("err.with", { what: DL.t("err"), message: msg }) : "";
@@ -194,6 +194,7 @@
         status.textContent = source.kind === "static" ? DL.t("rm.done.static")
           : r.cached ? DL.t("rm.done.cached", { ms }) : DL.t("rm.done.computed", { s: (ms / 1000).toFixed(1) });
         result = r;
+        DL.realmodel.receivedAt = performance.now(); // for bench/realmodel_long_tasks.py
         draw();
       }).catch((e) => {
         if (JSON.stringify(want) !== key) return;
@@ -235,7 +236,10 @@
           body.setAttribute("aria-busy", "false");
           return;
         }
-        section(names.shift());
+        const name = names.shift();
+        performance.mark("rm:" + name); // each section's task, named (bench/realmodel_long_tasks.py)
+        section(name);
+        performance.measure("rm:" + name, "rm:" + name);
         setTimeout(next, 0);
       };
       next();
