@@ -42,3 +42,22 @@ def live(runs):
     url, stop = serve(runs)
     yield url
     stop()
+
+
+@pytest.fixture(scope="module")
+def live_empty(tmp_path_factory):
+    """The page served on an empty runs folder (no experiment data); its URL."""
+    from page_harness import serve
+
+    url, stop = serve(tmp_path_factory.mktemp("runs-empty"))
+    yield url
+    stop()
+
+
+@pytest.fixture(scope="module")
+def exported_small(tmp_path_factory):
+    """A static copy at the small grid, without experiment data; its file:// URL."""
+    from depthlab.web.export import export_page
+
+    return export_page(tmp_path_factory.mktemp("export"), runs_dir=tmp_path_factory.mktemp("none"),
+                       grid="small").as_uri()

@@ -9,24 +9,9 @@ an arrow reads out its length."""
 from __future__ import annotations
 
 import pytest
-from page_harness import BROWSER_MARKS, POST_JSON, Watch, serve
+from page_harness import BROWSER_MARKS, POST_JSON, Watch
 
 pytestmark = BROWSER_MARKS
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    url, stop = serve(tmp_path_factory.mktemp("runs-empty"))
-    yield url
-    stop()
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    from depthlab.web.export import export_page
-
-    return export_page(tmp_path_factory.mktemp("export"), runs_dir=tmp_path_factory.mktemp("none"),
-                       grid="small").as_uri()
 
 
 def open_page(browser, url: str, width: int):
@@ -69,8 +54,8 @@ IN_VIEW = """async (id) => {
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_header_is_one_line_at_390(lang, live, browser):
-    page, watch = open_page(browser, live + f"#lang={lang}", 390)
+def test_header_is_one_line_at_390(lang, live_empty, browser):
+    page, watch = open_page(browser, live_empty + f"#lang={lang}", 390)
     h = page.evaluate(HEADER)
     assert h["rects"] == 1 and h["crumbHeight"] < 1.5 * h["line"], h  # the crumb is one line
     assert len(set(h["tops"])) == 1, h  # the crumb and the language button side by side
@@ -80,8 +65,8 @@ def test_header_is_one_line_at_390(lang, live, browser):
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_the_sliders_stay_in_view_while_a_chart_is_at_390(lang, live, browser):
-    page, watch = open_page(browser, live + f"#lang={lang}&n=16&g=1.00&residual=plain", 390)
+def test_the_sliders_stay_in_view_while_a_chart_is_at_390(lang, live_empty, browser):
+    page, watch = open_page(browser, live_empty + f"#lang={lang}&n=16&g=1.00&residual=plain", 390)
     for chart in ("c-plain-layers", "c-improved-rms", "trail-improved", "c-bottom"):
         v = page.evaluate(IN_VIEW, chart)
         assert v["chart"]["bottom"] > 0 and v["chart"]["top"] < v["height"], (chart, v)
@@ -108,14 +93,14 @@ DRAWN = """() => Object.fromEntries(['plain', 'improved'].map((row) => {
 }))"""
 
 
-@pytest.mark.parametrize("where", ["live", "exported"])
+@pytest.mark.parametrize("where", ["live_empty", "exported_small"])
 def test_the_picture_draws_the_servers_trail(where, request, browser):
     base = request.getfixturevalue(where)
-    n, g = (8, 1.5) if where == "exported" else (12, 1.3)  # the small grid holds N = 8, g = 1.5
+    n, g = (8, 1.5) if where == "exported_small" else (12, 1.3)  # the small grid holds N = 8, g = 1.5
     page, watch = open_page(browser, base + f"#lang=en&n={n}&g={g:.2f}&residual=plain&norm=none", 1400)
     page.wait_for_function(f"() => DL.state.get().n === {n} && document.getElementById('sim-status').textContent === ''")
     drawn = page.evaluate(DRAWN)
-    if where == "live":
+    if where == "live_empty":
         r = page.evaluate(f"([p, b]) => ({POST_JSON})(p, b)",
                           ["api/simulate", {"mode": "gradient", "n": n, "g": g, "residual": "plain", "norm": "none"}])
         red, green = r["naive"]["trail"], r["improved"]["trail"]

@@ -14,7 +14,7 @@ each slider through every step, as a mouse would, ending on the deep end."""
 from __future__ import annotations
 
 import pytest
-from page_harness import BROWSER_MARKS, CHECK_STATE, Watch, serve
+from page_harness import BROWSER_MARKS, CHECK_STATE, Watch
 
 from depthlab.web.sections import switches
 
@@ -45,21 +45,6 @@ def test_states_cover_every_slider_value():
         {tuple(sorted(c.items())) for c in COMBOS}
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    url, stop = serve(tmp_path_factory.mktemp("runs-empty"))
-    yield url
-    stop()
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    from depthlab.web.export import export_page
-
-    return export_page(tmp_path_factory.mktemp("export"), runs_dir=tmp_path_factory.mktemp("none"),
-                       grid="small").as_uri()
-
-
 def drag(page, slider: str, values) -> None:
     """One input event per animation frame through every value, as a mouse drag sends them."""
     page.evaluate("""async ([id, values]) => { const el = document.getElementById(id);
@@ -85,15 +70,15 @@ def sweep(page, url: str, want_from: str) -> list[str]:
     return bad
 
 
-def test_every_state_live(live, browser):
+def test_every_state_live(live_empty, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
-    bad = sweep(page, live, "api")
+    bad = sweep(page, live_empty, "api")
     page.close()
     assert bad == []
 
 
-def test_every_state_exported(exported, browser):
+def test_every_state_exported(exported_small, browser):
     page = browser.new_page(viewport={"width": 390, "height": 844}, locale="en-US")
-    bad = sweep(page, exported, "static")
+    bad = sweep(page, exported_small, "static")
     page.close()
     assert bad == []
