@@ -223,3 +223,16 @@ def test_probe_run_position_out_of_range_is_one_line(tiny_run, capsys, pos):
     assert code == 2
     err = capsys.readouterr().err
     assert "position" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_reading_counts_writes_and_names_the_cap():
+    # backout is a term but no write; with a softcap the reading says which logit it means
+    from depthlab.web.realmodel import stream_readings
+
+    r = realmodel_probes(_model(seed=2, n_layers=4, backout=True, logit_softcap=2), IDS, target=11)
+    read = stream_readings(r)["dla"]
+    assert "the 8 writes add up to" in read["en"] and "8 次写入" in read["zh"]
+    assert "logit softcap of 2, that logit is the one before the cap" in read["en"]
+    assert "软上限" in read["zh"]
+    plain = stream_readings(realmodel_probes(_model(seed=2), IDS, target=11))["dla"]
+    assert "the 4 writes add up to" in plain["en"] and "softcap" not in plain["en"]

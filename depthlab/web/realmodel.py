@@ -232,6 +232,9 @@ def _name(r: dict[str, Any], k: int) -> str:
     return r["path"]["states"][k]
 
 
+SEP = {"en": " ", "zh": ""}  # between two sentences of a reading
+
+
 def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
     """The readings of the four views of the stream as a sum of writes."""
     p, d, g, a = r["path"], r["dla"], r["lens_grid"], r["attention"]
@@ -242,11 +245,15 @@ def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
         top = d["top"][0]
         text = (g.get("text") or {}).get(str(d["target_id"]))
         key = "rm.read.dla_embed" if top["k"] == 0 else "rm.read.dla"
-        out["dla"] = texts(key, n=len(d["terms"]) - 1, sum=f"{d['sum']:.4f}",
+        writes = sum(t not in ("embed", "backout") for t in d["terms"])  # backout: a term, no write
+        out["dla"] = texts(key, n=writes, sum=f"{d['sum']:.4f}",
                            target=repr(text) if text is not None else f"id {d['target_id']}",
                            logit=f"{d['logit']:.4f}", gap=f"{d['gap']:.1e}", top=top["term"],
                            value=f"{top['value']:+.2f}", share=f"{top['value'] / d['logit']:.0%}"
                            if d["logit"] else "-")
+        if d.get("softcap") is not None:  # the terms add up to the logit before the cap
+            cap = texts("rm.read.dla_cap", cap=f"{d['softcap']:g}")
+            out["dla"] = {lang: out["dla"][lang] + SEP[lang] + cap[lang] for lang in out["dla"]}
     else:
         out["dla"] = texts("rm.read.dla_none")
     # the last position's top-1 in the top row, and the lowest row from which it stays top-1
