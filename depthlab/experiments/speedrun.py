@@ -356,7 +356,7 @@ def conclusions(arms: dict[str, list[RunResult]], r: Race, b: Budget) -> list[Te
                          steps=p.ref_steps, recipe=RECIPE_STEPS),
         note=phrase("note.one_seed") if len(ref) < 2 else phrase(
             "note.seeds", seeds=len(ref), spread=f"{spread(ref_final):.4f}"),
-        cpu=f"{r.ref_cpu:.2f}")]
+        cpu=f"{r.ref_cpu:.2f}", arm_steps=p.arm_steps)]
     racing = [a for a in arms if a != REFERENCE]
     done = [a for a in racing if r.reached(a)]
     if done:
