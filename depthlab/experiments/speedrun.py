@@ -282,6 +282,16 @@ def race(arms: dict[str, list[RunResult]]) -> Race:
     return Race(target, mean([h.cpu_total for h in hits[REFERENCE]]), hits)
 
 
+
+def fastest_arm(per_seed: dict[str, dict]) -> str | None:
+    """The arm of an export's `per_seed` with the least mean CPU time to the target among
+    those that reach it in every seed (the reference is the yardstick, not an arm); None
+    when no arm does. `--preset speedrun` is this arm of the committed standard race
+    (tests/test_speedrun_preset.py)."""
+    done = {arm: cpu for arm, d in per_seed.items() if arm != REFERENCE
+            and (cpu := d["cpu_s_to_target"]) and all(c is not None for c in cpu)}
+    return min(done, key=lambda arm: mean(done[arm])) if done else None
+
 # --- the report ----------------------------------------------------------------------
 
 def analyze(results: list[RunResult], b: Budget) -> Report:
