@@ -63,13 +63,13 @@ def label(export: dict, arm: str) -> Text:
 def race(per_seed: dict[str, dict]) -> Race:
     """speedrun's Race from export.json's per_seed (one Hit per seed), so the section
     judges an arm by the experiment's own rule."""
-    hits = {}
-    for arm, d in per_seed.items():
-        n = len(d["seed"])
-        col = lambda k: d.get(k) or [None] * n  # noqa: E731
-        hits[arm] = [Hit(step, tokens, cpu, total, d["steps"], final) for step, tokens, cpu, total, final
-                     in zip(col("steps_to_target"), col("tokens_to_target"), col("cpu_s_to_target"),
-                            col("cpu_s_total"), col("final_val_loss"), strict=True)]
+    def col(d: dict, key: str) -> list:
+        return d.get(key) or [None] * len(d["seed"])
+
+    hits = {arm: [Hit(step, tokens, cpu, total, d["steps"], final) for step, tokens, cpu, total, final
+                  in zip(*(col(d, k) for k in ("steps_to_target", "tokens_to_target", "cpu_s_to_target",
+                                               "cpu_s_total", "final_val_loss")), strict=True)]
+            for arm, d in per_seed.items()}
     first = next(iter(per_seed.values()))
     return Race(first["target"], first["reference_cpu_s"], hits)
 
