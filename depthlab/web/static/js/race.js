@@ -91,7 +91,8 @@
         h("td", {}, pm(r.steps_mean, r.steps_spread, n)),
         h("td", {}, DL.t("sr.seeds_at", { n, m: r.seeds })), h("td", {}, pays));
     });
-    box.append(h("div", { class: "sr-table-wrap" }, h("table", { class: "sr-table", id: "sr-table", "aria-labelledby": "sr-board-h" },
+    // a phone scrolls the table in its box: focusable, so the keyboard scrolls it too
+    box.append(h("div", { class: "sr-table-wrap", tabindex: "0", role: "region", "aria-labelledby": "sr-board-h" }, h("table", { class: "sr-table", id: "sr-table", "aria-labelledby": "sr-board-h" },
       h("thead", {}, head), h("tbody", {}, body))));
     box.append(reading("sr-pay", readingOf(race, "sr-pay")));
   }
@@ -160,7 +161,7 @@
         return;
       }
       body.append(h("p", { class: "note", id: "sr-meta" }, DL.t("sr.meta", {
-        budget: race.budget, seeds: (race.seeds || []).length, at: race.exported_at || "—",
+        budget: DL.trData(race.budget), seeds: (race.seeds || []).length, at: race.exported_at || "—",
         target: fmt(race.target, 4), ref: fmt(race.reference_cpu_s, 3) })));
       const board = h("div", { class: "panel", id: "sr-board" });
       const curves = h("div", { class: "panel", id: "sr-curves" });
