@@ -105,7 +105,7 @@
                                             dash: l.dash, width: 1.5, points: c.x.length < 40 }));
     series.push({ label: () => DL.t("sr.series.target", { target: fmt(c.target, 4) }), color: GOAL_COLOR, dash: true, width: 1.5 });
     const ys = c.lines.map((l) => l.y).concat([c.x.map(() => c.target)]);
-    chartFigure(box, "sr-curves", DL.t("sr.curves.h"), readingOf(race, "sr-curves"), {
+    chartFigure(box, "sr-curves", DL.t("sr.curves.caption"), readingOf(race, "sr-curves"), {
       xLabel: t("sr.ax.cpu"), yLabel: t("sr.ax.loss"), height: 300, title: t("sr.curves.h"),
       hover: (x, v, k, vs) => DL.t("sr.hover.curve", { arm: series[k].label(), x: fmt(x, 4), v: vs }),
       describe: () => c.lines.map((l) => {
