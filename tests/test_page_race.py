@@ -152,3 +152,31 @@ def test_the_race_in_the_static_export(browser, runs, tmp_path_factory, exported
     _no_english(page)
     assert watch.errors == [] and page.evaluate("() => DL.errors") == []
     page.close()
+
+
+def test_three_seeds_draw_each_seed_and_their_range(live, browser, runs):
+    """A standard race has 3 seeds: each seed's ratio is a dot of its own and the mean's
+    whisker spans them (made-up numbers: tests/test_speedrun_readings.py small_export)."""
+    from test_speedrun_readings import small_export
+
+    from depthlab.experiments.speedrun_readings import section
+
+    data = small_export()
+    (runs / "speedrun").mkdir(exist_ok=True)
+    (runs / "speedrun" / "export.json").write_text(json.dumps(data), encoding="utf-8")
+    want = section(data)
+    page, watch = _open(browser, live + "#lang=en")
+    board = page.evaluate("() => DL.charts.all()['c-sr-board']")
+    rows = want["board"]
+    assert len(board["ys"]) == 3 + 3 + 2  # mean, course preset, reference; 3 seeds; goal, 1x
+    for s in range(3):
+        assert _same(board["ys"][3 + s], [r["ratio"][s] for r in rows], 1e-12)
+    lo, hi = board["bands"][0]
+    assert _same(lo, [r["ratio_lo"] for r in rows], 1e-12) and _same(hi, [r["ratio_hi"] for r in rows], 1e-12)
+    assert page.inner_text("#reading-sr-board") == want["readings"]["sr-board"]["text"]["en"]
+    # mean ± spread in the table: U-net skips first, 3.1 ± 0.1 CPU-seconds
+    first = page.inner_text("#sr-table tbody tr:first-child")
+    assert "3.1 ± 0.1" in first and "3 of 3" in first
+    assert "not reached" in page.inner_text("#sr-table tr[data-arm=ngpt]")
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    page.close()
