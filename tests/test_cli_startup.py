@@ -136,7 +136,7 @@ TORCH_FREE = [
     "depthlab.experiments", "depthlab.experiments.registry", "depthlab.experiments.report",
     "depthlab.experiments.runner", "depthlab.experiments.spec", "depthlab.experiments.wording",
     "depthlab.experiments.frontier_readings",
-    "depthlab.experiments.speedrun",
+    "depthlab.experiments.speedrun", "depthlab.experiments.speedrun_readings",
     "depthlab.hf", "depthlab.hf.config_map", "depthlab.hf.mapping", "depthlab.hf.mapping_doc",
     "depthlab.probes", "depthlab.probes.anatomy", "depthlab.probes.exact", "depthlab.probes.stages",
     "depthlab.probes.simulator_bounds", "depthlab.probes.jsonsafe",

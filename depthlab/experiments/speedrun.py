@@ -486,14 +486,19 @@ def learned_series(runs: list[RunResult]) -> dict[str, tuple[list[int], dict[int
     return out
 
 
+def learned_chart_id(arm: str, key: str) -> str:
+    """The id (and file name) of the chart of one arm's learned value; the page's section
+    finds it in export.json by this id (depthlab.experiments.speedrun_readings)."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", f"learned_{arm}_{key}")
+
+
 def learned_charts(arms: dict[str, list[RunResult]]) -> list[dict]:
     charts = []
     for arm, runs in arms.items():
         for key, (steps, layers) in sorted(learned_series(runs).items()):
             lines = [series(f"layer {i}", steps, ys, COLORS[i % len(COLORS)])
                      for i, ys in layers.items()]
-            ident = re.sub(r"[^A-Za-z0-9]+", "_", f"learned_{arm}_{key}")  # a file name
-            charts.append(chart(ident, phrase(
+            charts.append(chart(learned_chart_id(arm, key), phrase(
                 "speedrun.chart.learned", name=key,
                 arm=arm_words(arm, steps=runs[0].spec.cfg.train.steps)),
                 phrase("axis.step"), phrase("speedrun.axis.value", name=key), lines))

@@ -223,6 +223,11 @@ def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:
     def frontier() -> dict:
         return runs.frontier()
 
+    @app.get("/api/speedrun", tags=["measurements"],
+             summary="The speedrun experiment's leaderboard, curves, learned values and readings")
+    def speedrun() -> dict:
+        return runs.speedrun()
+
     @app.get("/api/experiments/{name}/status", tags=["measurements"],
              responses=error_responses(404),
              summary="Progress of the background run (status.json)")

@@ -132,6 +132,7 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
         if item["has_data"]:
             data["exports"][item["name"]] = runs.export(item["name"])
     data["frontier"] = runs.frontier()  # without frontier.json: how to run the experiment
+    data["speedrun"] = runs.speedrun()  # without its export.json: how to run the experiment
     data["realmodel"] = realmodel.static_results(Path(runs_dir), progress)
     return _round(data)
 

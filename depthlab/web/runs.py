@@ -29,15 +29,17 @@ from pathlib import Path
 
 from depthlab.experiments import EXPERIMENTS
 from depthlab.experiments.frontier_readings import complete
+from depthlab.experiments.speedrun_readings import section as speedrun_section
 from depthlab.rundir import DirLock, atomic_write_text
 from depthlab.web.messages import RunError, refusal
 
-__all__ = ["NAME_RE", "FRONTIER", "RunError", "Runs", "known_experiments"]
+__all__ = ["NAME_RE", "FRONTIER", "SPEEDRUN", "RunError", "Runs", "known_experiments"]
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 
 FRONTIER = "residual-frontier"  # the experiment whose frontier.json the page draws
+SPEEDRUN = "speedrun"  # the experiment whose export.json the page's race section draws
 
 
 def known_experiments() -> dict[str, dict[str, str]]:
@@ -124,6 +126,26 @@ class Runs:
                "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
         if data is None and path.exists():
             out["error"] = f"{path} is not a readable JSON object; run the experiment again"
+        return out
+
+    def speedrun(self) -> dict:
+        """The speedrun experiment's export.json as the page's race section draws it
+        (depthlab.experiments.speedrun_readings: the leaderboard, curves, learned values
+        and readings): {"has_data", "command", "race": that or null}. A missing export is
+        an answer, not an error: the section says how to run it."""
+        path = self.root / SPEEDRUN / "export.json"
+        data = _read_json(path)
+        out = {"has_data": False, "race": None,
+               "command": f"depthlab experiment {SPEEDRUN} --budget quick --out {self.root}"}
+        if data is None:
+            if path.exists():
+                out["error"] = f"{path} is not a readable JSON object; run the experiment again"
+            return out
+        try:
+            out.update(has_data=True, race=speedrun_section(data))
+        except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
+            out["error"] = (f"{path} lacks what the page draws ({type(e).__name__}: {e}); "
+                            "run the experiment again")
         return out
 
     def summary(self) -> list[dict]:

@@ -114,6 +114,7 @@
         return s.method === "GET" ? get(url(s.path, req || {})) : post(s.path.replace(/^\//, ""), req || {});
       },
       frontier: () => fresh("api/frontier"),
+      speedrun: () => fresh("api/speedrun"),
       anatomyConfigs: () => get("api/anatomy"),
       experiments: () => fresh("api/experiments"),
       experiment: (name) => fresh("api/experiments/" + encodeURIComponent(name)),
@@ -159,6 +160,7 @@
         return need(unshare(((data.sections || {})[name] || {})[key]), name + " " + key);
       },
       frontier: () => need(data.frontier, "the residual-frontier data"),
+      speedrun: () => need(data.speedrun, "the speedrun data"),
       anatomyConfigs: () => need(data.anatomy_configs, "the anatomy list"),
       experiments: () => Promise.resolve(data.experiments || []),
       experiment: (name) => need((data.exports || {})[name], "experiment " + name),

@@ -32,7 +32,7 @@
   const sim = DL.figures.simulator(source, showError);
   // Built one per task after the simulator (below): one long start-up task would freeze the page.
   const figures = {};
-  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel", "beyond"];
+  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel", "beyond", "race"];
   // and the figure of each section with a JS module of its own (depthlab/web/sections.py `script`)
   LATER.push(...Object.keys(DL.figures).filter((name) => name !== "simulator" && !LATER.includes(name)));
   // Which figures a changed state key concerns.
