@@ -51,6 +51,8 @@ def test_gelu_tanh_matches_torch_over_its_whole_range():
 @pytest.mark.parametrize("n_q,n_kv,E", [(4, 4, 32), (4, 2, 8), (6, 1, 16)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_rotary_heads_is_split_transpose_and_rope(n_q, n_kv, E, dtype):
+    """From the projection with q's and k's rows in pairs, the function gives RoPE'd q, k
+    with each head's dimensions in that paired order (p below), and v as it is."""
     B, T = 3, 11
     torch.manual_seed(n_q * E)
     y = torch.randn(B, T, (n_q + 2 * n_kv) * E, dtype=dtype, requires_grad=True)
@@ -59,14 +61,24 @@ def test_rotary_heads_is_split_transpose_and_rope(n_q, n_kv, E, dtype):
     q, k, v = (t.unflatten(-1, (-1, E)).transpose(1, 2)
                for t in y.split([n_q * E, n_kv * E, n_kv * E], -1))
     want = apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-    got = fused.rotary_heads(y, cos, sin, n_q, n_kv)
-    for a, b in zip(got, want, strict=True):
-        assert a.shape == b.shape and a.is_contiguous()
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    p = fused.pair_halves(torch.arange(E), 1)  # 0, E/2, 1, E/2 + 1, ...
+    assert p.tolist() == [i // 2 + (i % 2) * (E // 2) for i in range(E)]
+    wq, wk, wv = y.split([n_q * E, n_kv * E, n_kv * E], -1)
+    paired = torch.cat([fused.pair_halves(wq.movedim(-1, 0), n_q).movedim(0, -1),
+                        fused.pair_halves(wk.movedim(-1, 0), n_kv).movedim(0, -1), wv], -1)
+    got = fused.rotary_heads(paired, cos, sin, n_q, n_kv)
+    orders = (p, p, torch.arange(E))  # v keeps the head order
+    for a, b, order in zip(got, want, orders, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b[..., order], atol=1e-6, rtol=1e-6)
     gs = [torch.randn_like(t) for t in want]
-    g_got = torch.autograd.grad(got, y, gs)[0]
+    g_got = torch.autograd.grad(got, y, [g[..., o] for g, o in zip(gs, orders, strict=True)])[0]
     g_want = torch.autograd.grad(want, y, gs)[0]
     torch.testing.assert_close(g_got, g_want, atol=1e-6, rtol=1e-6)
+    if dtype == torch.float64:  # its hand-written backward against finite differences
+        small = paired.detach()[:1, :4].requires_grad_()
+        assert torch.autograd.gradcheck(
+            lambda t: fused.rotary_heads(t, cos[:4], sin[:4], n_q, n_kv), (small,))
 
 
 def model_outputs_and_grads(model: Transformer, idx: torch.Tensor):

@@ -180,12 +180,17 @@ class Attention(nn.Module):
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         return self.project_stacked(x).split(self.widths, dim=-1)
 
-    def project_stacked(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ [W_q; W_k; W_v].T (+ biases): the three projections side by side [B, T, *]."""
+    def project_stacked(self, x: torch.Tensor, paired: bool = False) -> torch.Tensor:
+        """x @ [W_q; W_k; W_v].T (+ biases): the three projections side by side [B, T, *];
+        paired: q's and k's columns in the pairs RoPE rotates (fused.pair_halves)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight for p in projs])
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        return F.linear(x, weight, bias)
+
+        def stacked(name: str) -> torch.Tensor:
+            q, k, v = (getattr(p, name) for p in projs)
+            if paired:
+                q, k = fused.pair_halves(q, self.n_heads), fused.pair_halves(k, self.n_kv_heads)
+            return torch.cat([q, k, v])
+        return F.linear(x, stacked("weight"), None if self.q_proj.bias is None else stacked("bias"))
 
     def rotary_fast_path(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                          cache: LayerCache | None) -> bool:
@@ -239,7 +244,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         if self.rotary_fast_path(x, rope, cache):  # the same q, k, v from one function
-            q, k, v = fused.rotary_heads(self.project_stacked(x), *rope, H, K)
+            q, k, v = fused.rotary_heads(self.project_stacked(x, paired=True), *rope, H, K)
             gate = None
         else:
             q, k, v, gate = self.heads(x, rope)

@@ -7,7 +7,7 @@ each way; and the tanh form of GELU goes through ATen's tanh, several times slow
 CPU than its sigmoid. Each function here computes the same values in fewer passes or
 cheaper ones, with its gradient written out by hand, and is used only where
 `fast_path_ok` holds (CPU, gradients on, float32 or float64) and, for RoPE, where the
-config is one it computes (`ROTARY_IMPLEMENTS`, checked by depthlab.model.support: any
+config is one it computes (`ROTARY_IMPLEMENTS`, `SWIGLU_IMPLEMENTS`, checked by depthlab.model.support: any
 other switch takes the readable path, with its reason). tests/test_fused.py checks
 values, gradients and whole training runs against the readable path;
 bench/reference_loop.py measures the step. (A hand-written RMSNorm backward was twice as
@@ -21,7 +21,7 @@ import math
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from depthlab.config import ModelConfig
+from depthlab.config import RESIDUALS, ModelConfig
 from depthlab.model.support import ANY, config_reason
 
 # What `rotary_heads` replaces is Attention's projection output -> heads -> RoPE on q, k:
@@ -33,16 +33,18 @@ ROTARY_IMPLEMENTS: dict[str, frozenset | None] = {
     "bias": ANY, "qkv_bias": ANY,  # added by the projection, before the function
     "attn_gate": frozenset({False}),  # the gate's half of q would be rotated as a query
     "qk_norm": frozenset({False}),  # the norm sits between the projection and RoPE
+    # q and k leave the function with each head's dimensions in pairs (`pair_halves`):
+    # nGPT's residual scales them per dimension afterwards (ngpt.SphereQK), in head order
+    "residual": frozenset(r for r in RESIDUALS if r != "ngpt"),
 }
 # Fields that never reach that part: they act on the stream before the attention reads
 # it, after q, k, v leave the function (the value residual mixes v afterwards, a value
-# embedding is added to v afterwards, nGPT's residual puts q and k on the sphere
-# afterwards), or set where weights start. The stream shortcuts (x0_mix, backout, smear,
-# unet_skips) mix the stream between blocks and the softcap acts on the logits. `norm`
-# reaches q and k only through QK-norm, declared above.
+# embedding is added to v afterwards), or set where weights start. The stream shortcuts
+# (x0_mix, backout, smear, unet_skips) mix the stream between blocks and the softcap
+# acts on the logits. `norm` reaches q and k only through QK-norm, declared above.
 ROTARY_EXEMPT = frozenset({
     "vocab_size", "context_len", "n_layers", "d_ff", "ffn", "ffn_clamp", "norm", "norm_eps",
-    "placement", "residual", "norm_scale", "value_residual", "streams", "final_norm",
+    "placement", "norm_scale", "value_residual", "streams", "final_norm",
     "tie_embeddings", "init_std", "init_gain", "scaled_init",
     "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap"})
 
@@ -58,62 +60,67 @@ def fast_path_ok(x: torch.Tensor) -> bool:
             and x.dtype in (torch.float32, torch.float64))
 
 
-def _rotate_into(out: torch.Tensor, x: torch.Tensor, cos: torch.Tensor,
-                 sin: torch.Tensor) -> None:
-    """out = x * cos + rotate_half(x) * sin, written half by half (no cat, no negation):
-    first half x1 * c - x2 * s, second half x2 * c + x1 * s. cos, sin [T, 1, E/2]
-    broadcast over x's [B, T, heads, E]; out may be a strided view."""
-    h = x.shape[-1] // 2
-    x1, x2, o1, o2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
-    torch.mul(x1, cos, out=o1)
-    o1.addcmul_(x2, sin, value=-1.0)
-    torch.mul(x2, cos, out=o2)
-    o2.addcmul_(x1, sin)
+def pair_halves(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """A q or k projection's rows (weight [heads * E, D] or bias [heads * E]) reordered
+    within each head from (first half | second half) to the pairs RoPE rotates side by
+    side: rows 0, E/2, 1, E/2 + 1, ... The projection then puts each pair (x_j, x_j+E/2)
+    next to each other, where it reads as one complex number."""
+    return w.unflatten(0, (heads, 2, -1)).transpose(1, 2).reshape(w.shape)
+
+
+def _complex_pairs(t: torch.Tensor) -> torch.Tensor:
+    """[..., E] real, pairs side by side -> [..., E/2] complex (a view)."""
+    return torch.view_as_complex(t.unflatten(-1, (-1, 2)))
 
 
 class _RotaryHeads(torch.autograd.Function):
-    """One matmul's output y [B, T, (H + 2K) * E] -> q [B, H, T, E], k [B, K, T, E] with
-    RoPE applied, and v [B, K, T, E]; each a fresh contiguous tensor.
+    """One matmul's output y [B, T, (H + 2K) * E], its q and k columns in pairs (see
+    `pair_halves`) -> q [B, H, T, E], k [B, K, T, E] with RoPE applied, and v [B, K, T, E]:
+    q and k as views of one fresh tensor, v a view of y.
 
-    RoPE is a rotation, so its backward is the rotation by the opposite angle (sin -> -sin);
-    the three gradients are written straight into one buffer shaped like y."""
+    With each pair (x_j, x_j+E/2) read as one complex number, RoPE is one complex product
+    by e^(i angle) over q and k together, with long contiguous rows. The paired order of
+    a head's dimensions is the same for q and k, so every score q . k, and so attention's
+    output, is what the head order gives (the sum taken in another order). The backward
+    is the rotation by the opposite angle (the conjugate), written into one buffer shaped
+    like y."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 n_q: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, width = y.shape
         E = width // (n_q + 2 * n_kv)
-        heads = y.view(B, T, n_q + 2 * n_kv, E)
-        h = E // 2
-        cos, sin = cos[:, None, :h], sin[:, None, :h]  # halves are equal (HF layout)
-        q = y.new_empty(B, n_q, T, E)
-        k = y.new_empty(B, n_kv, T, E)
-        _rotate_into(q.transpose(1, 2), heads[:, :, :n_q], cos, sin)
-        _rotate_into(k.transpose(1, 2), heads[:, :, n_q:n_q + n_kv], cos, sin)
-        v = heads[:, :, n_q + n_kv:].transpose(1, 2).contiguous()
-        ctx.save_for_backward(cos, sin)
+        rotated = (n_q + n_kv) * E
+        turn = torch.complex(cos[:, :E // 2], sin[:, :E // 2])  # [T, E/2]; halves are equal
+        qk = torch.view_as_real(_complex_pairs(y[..., :rotated]) * turn.repeat(1, n_q + n_kv))
+        qk = qk.view(B, T, n_q + n_kv, E).transpose(1, 2)
+        v = y[..., rotated:].view(B, T, n_kv, E).transpose(1, 2)
+        ctx.save_for_backward(turn)
         ctx.n_q, ctx.n_kv = n_q, n_kv
-        return q, k, v
+        return qk[:, :n_q], qk[:, n_q:], v
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, dq: torch.Tensor, dk: torch.Tensor,
                  dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        cos, sin = ctx.saved_tensors
+        (turn,) = ctx.saved_tensors
         n_q, n_kv = ctx.n_q, ctx.n_kv
         B, _, T, E = dq.shape
         dy = dq.new_empty(B, T, n_q + 2 * n_kv, E)
-        _rotate_into(dy[:, :, :n_q], dq.transpose(1, 2), cos, -sin)
-        _rotate_into(dy[:, :, n_q:n_q + n_kv], dk.transpose(1, 2), cos, -sin)
+        back = turn.conj()[:, None]  # [T, 1, E/2]
+        torch.mul(_complex_pairs(dq.transpose(1, 2)), back, out=_complex_pairs(dy[:, :, :n_q]))
+        torch.mul(_complex_pairs(dk.transpose(1, 2)), back,
+                  out=_complex_pairs(dy[:, :, n_q:n_q + n_kv]))
         dy[:, :, n_q + n_kv:] = dv.transpose(1, 2)
         return dy.view(B, T, -1), None, None, None, None
 
 
 def rotary_heads(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
                  n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fused q|k|v projection's output -> q, k (RoPE applied at the positions of cos,
-    sin [T, E]) and v, each [B, heads, T, E]: what Attention.forward computes with
-    split, reshape, transpose and apply_rope."""
+    """The fused q|k|v projection's output, q and k rows in pairs (`pair_halves`) -> q, k
+    (RoPE applied at the positions of cos, sin [T, E]; their dimensions in that paired
+    order) and v, each [B, heads, T, E]: attention over them computes what
+    Attention.heads's split, reshape, transpose and apply_rope give it."""
     return _RotaryHeads.apply(y, cos, sin, n_q, n_kv)
 
 
@@ -144,3 +151,107 @@ class _GeluTanh(torch.autograd.Function):
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """F.gelu(x, approximate="tanh"), forward through a sigmoid."""
     return _GeluTanh.apply(x)
+
+
+# What `swiglu_product` replaces is SwiGLU's gate|up matmul output -> SiLU(gate) * up: the
+# fields it computes, with their values. As for RoPE, a new field falls back until it is
+# listed here or in SWIGLU_EXEMPT (tests/test_fused.py walks ModelConfig's fields).
+SWIGLU_IMPLEMENTS: dict[str, frozenset | None] = {
+    "ffn": frozenset({"swiglu"}), "d_model": ANY, "d_ff": ANY,  # widths read from y's
+    "bias": ANY,  # added by the projection, before the function
+    "ffn_clamp": frozenset({None}),  # clamps gate and up between the matmul and the product
+    # nGPT scales gate and up between the matmul and the product (ngpt.SwiGLUScales)
+    "residual": frozenset(r for r in RESIDUALS if r != "ngpt"),
+}
+# Fields that never reach the FFN's hidden layer: they act on attention, positions, the
+# stream and its shortcuts, the norms around the sublayer, the logits, or where weights
+# start.
+SWIGLU_EXEMPT = frozenset({
+    "vocab_size", "context_len", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+    "position", "rope_theta", "qkv_bias", "attn_gate", "qk_norm", "norm", "norm_eps",
+    "placement", "norm_scale", "value_residual", "streams", "final_norm",
+    "tie_embeddings", "init_std", "init_gain", "scaled_init",
+    "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap"})
+
+
+def swiglu_reason(cfg: ModelConfig) -> str | None:
+    """Why `swiglu_product` cannot compute this config's FFN, or None when it can."""
+    return config_reason(cfg, SWIGLU_IMPLEMENTS, "the fused SwiGLU product",
+                         exempt=SWIGLU_EXEMPT)
+
+
+class _SwiGLUProduct(torch.autograd.Function):
+    """y [..., 2F] = gate | up -> SiLU(gate) * up [..., F].
+
+    Autograd runs this as chunk, silu, mul and, backward, two products, silu_backward and
+    the cat that puts d(gate) and d(up) back side by side. Here both gradients are
+    written straight into one buffer shaped like y: d(up) = g * SiLU(gate) (kept from the
+    forward), d(gate) = SiLU'(gate) * g * up (ATen's silu_backward, in place)."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, y: torch.Tensor) -> torch.Tensor:
+        gate, up = y.chunk(2, dim=-1)
+        act = torch.nn.functional.silu(gate)
+        ctx.save_for_backward(y, act)
+        return act * up
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, g: torch.Tensor) -> torch.Tensor:
+        y, act = ctx.saved_tensors
+        gate, up = y.chunk(2, dim=-1)
+        dy = torch.empty_like(y)
+        d_gate, d_up = dy.chunk(2, dim=-1)
+        torch.mul(g, act, out=d_up)
+        torch.mul(g, up, out=d_gate)
+        torch.ops.aten.silu_backward.grad_input(d_gate, gate, grad_input=d_gate)
+        return dy
+
+
+def swiglu_product(y: torch.Tensor) -> torch.Tensor:
+    """F.silu(gate) * up for the stacked gate|up projection's output y = gate | up."""
+    return _SwiGLUProduct.apply(y)
+
+
+# ATen's one-pass RMSNorm forward, which also returns 1/rms per row (torch >= 2.7); on an
+# older torch RMSNorm keeps F.rms_norm.
+_FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
+
+    On CPU autograd differentiates F.rms_norm as its composite of about a dozen ops
+    (pow, mean, rsqrt, products, sums). With p = g * x, the gradients need only
+    dw = sum over rows of r * p, dx = r * g * w - x * r^3 * (p @ w) / D:
+    one elementwise product, two matrix-vector products and three passes for dx."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
+                eps: float) -> torch.Tensor:
+        y, r = _FUSED_RMS_NORM(x, [x.shape[-1]], weight, eps)
+        ctx.save_for_backward(x, weight, r)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, r = ctx.saved_tensors
+        D = x.shape[-1]
+        x2, g2, r1 = x.reshape(-1, D), g.reshape(-1, D), r.reshape(-1)
+        p = g2 * x2
+        dw = r1 @ p if ctx.needs_input_grad[1] else None
+        c = (p @ weight).mul_(r1.pow(3)).mul_(-1.0 / D)  # -r^3 (p @ w) / D, per row
+        dx = torch.mul(g2, weight).mul_(r1[:, None]).addcmul_(x2, c[:, None])
+        return dx.view(x.shape), dw, None
+
+
+def rms_norm_ok(x: torch.Tensor) -> bool:
+    """Where `rms_norm` runs: training on CPU in full precision, on a torch that has
+    ATen's fused RMSNorm forward."""
+    return _FUSED_RMS_NORM is not None and fast_path_ok(x)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """F.rms_norm(x, x.shape[-1:], weight, eps), with the backward written out."""
+    return _RMSNorm.apply(x, weight, eps)

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.model import fused
+
 
 def _stats_dtype(x: torch.Tensor) -> torch.dtype:
     # Half-precision means/variances lose digits; float64 probes keep theirs.
@@ -65,6 +67,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.fused_fallback: str | None = None  # set: take F.rms_norm's path, for this reason
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
@@ -82,6 +85,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _fused_ok(x, self.weight):
             return self.reference(x)
+        if self.fused_fallback is None and fused.rms_norm_ok(x):  # training on CPU
+            return fused.rms_norm(x, self.scale(), self.eps)
         return F.rms_norm(x, x.shape[-1:], self.scale(), self.eps)
 
 
