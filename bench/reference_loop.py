@@ -17,9 +17,8 @@ step of each and speed ratios (> 1.0x: depthlab is faster), then the spread: the
 ratio in each of --blocks consecutive blocks of rounds, lowest to highest.
 
 depthlab's step runs its CPU training fast paths as `depthlab train` does
-(depthlab.model.fused: q|k|v split + RoPE in one function, SwiGLU's product with its
-gradient in one buffer, GELU's tanh form through a sigmoid); the references use
-PyTorch's own ops.
+(depthlab.model.fused: q|k|v split + RoPE in one function, RMSNorm's backward written
+out, GELU's tanh form through a sigmoid); the references use PyTorch's own ops.
 
     python bench/reference_loop.py [--steps 60] [--blocks 6] [--threads 1] [--d-model 128]
 """

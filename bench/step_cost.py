@@ -12,11 +12,11 @@ and one fraction of peak (the course step's FLOPs over its median time, divided 
 median matmul rate of the same block). Printed: the median over blocks and the lowest
 and highest block. FLOPs per token are bench/train_throughput.py's (6N + attention).
 
---without rope|swiglu|rmsnorm adds a third loop, the course step with that fused path of
+--without rope|rmsnorm adds a third loop, the course step with that fused path of
 depthlab.model.fused turned off (its readable layers instead): an interleaved A/B of the
 whole step.
 
-    python bench/step_cost.py [--blocks 6] [--rounds 10] [--without swiglu]
+    python bench/step_cost.py [--blocks 6] [--rounds 10] [--without rope]
 """
 
 from __future__ import annotations
@@ -35,12 +35,10 @@ from train_throughput import flops_per_token
 
 from depthlab.model import Transformer
 from depthlab.model.attention import Attention
-from depthlab.model.ffn import SwiGLU
 from depthlab.model.norms import RMSNorm
 
 # Each fused path's per-module switch: the attribute that says why it falls back.
-SWITCHES = {"rope": (Attention, "rotary_fallback"), "swiglu": (SwiGLU, "product_fallback"),
-            "rmsnorm": (RMSNorm, "fused_fallback")}
+SWITCHES = {"rope": (Attention, "rotary_fallback"), "rmsnorm": (RMSNorm, "fused_fallback")}
 
 
 def turn_off(model: Transformer, path: str) -> Transformer:

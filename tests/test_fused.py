@@ -26,6 +26,7 @@ from depthlab.config import ModelConfig
 from depthlab.metrics import read_metrics
 from depthlab.model import Transformer, fused
 from depthlab.model.attention import Attention, apply_rope
+from depthlab.model.norms import NORM_CLASSES
 from depthlab.model.support import undecided
 from depthlab.presets import get_preset
 from depthlab.train import train
@@ -46,6 +47,58 @@ def test_gelu_tanh_matches_torch_over_its_whole_range():
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
     g = torch.randn_like(ours)
     assert torch.equal(torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(theirs, x, g)[0])
+
+
+# fused.rms_norm runs ATen's fused RMSNorm forward (torch >= 2.7); older torch keeps F.rms_norm
+needs_fused_rms_norm = pytest.mark.skipif(fused._FUSED_RMS_NORM is None,
+                                          reason="this torch has no aten._fused_rms_norm")
+
+
+@needs_fused_rms_norm
+@pytest.mark.parametrize("shape", [(4, 7, 96), (2, 3, 5, 16)])  # a stream; q heads (QK-norm)
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 30.0])
+def test_rms_norm_matches_torch_values_and_gradients(shape, scale):
+    """fused.rms_norm against F.rms_norm (autograd through its composite): the same
+    forward kernel, and gradients within float32 rounding of sums over 28-96 terms."""
+    torch.manual_seed(int(scale * 10) + len(shape))
+    x = (scale * torch.randn(shape)).requires_grad_()
+    w = (1 + 0.5 * torch.randn(shape[-1])).requires_grad_()
+    ours, theirs = fused.rms_norm(x, w, 1e-5), F.rms_norm(x, shape[-1:], w, 1e-5)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    g = torch.randn_like(ours)
+    for a, b in zip(torch.autograd.grad(ours, (x, w), g), torch.autograd.grad(theirs, (x, w), g),
+                    strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6 * max(1.0, b.abs().max().item()), rtol=1e-5)
+
+
+@needs_fused_rms_norm
+def test_rms_norm_backward_against_finite_differences():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: fused.rms_norm(x, w, 1e-5), (x, w))
+
+
+@needs_fused_rms_norm
+def test_rms_norm_fast_path_only_where_it_applies(monkeypatch):
+    """RMSNorm (and the zero-centred one, through its scale 1 + w) takes it while training
+    on CPU in full precision; inference, half precision and a module whose
+    `fused_fallback` is set (bench/step_cost.py --without rmsnorm) take F.rms_norm."""
+    calls = []
+    real = fused.rms_norm
+    monkeypatch.setattr(fused, "rms_norm", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(2, 5, 16)
+    for kind in ("rmsnorm", "rmsnorm_zero_centered"):
+        norm = NORM_CLASSES[kind](16)
+        out = norm(x)
+        torch.testing.assert_close(out, norm.reference(x), atol=1e-6, rtol=1e-6)
+        assert out.grad_fn is not None
+        with torch.no_grad():
+            norm(x)
+        norm.to(torch.bfloat16)(x.to(torch.bfloat16))
+        norm.float().fused_fallback = "off"
+        norm(x)
+    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("n_q,n_kv,E", [(4, 4, 32), (4, 2, 8), (6, 1, 16)])
@@ -143,6 +196,9 @@ def test_the_fused_rope_decides_from_the_config_with_a_reason(monkeypatch):
         "model.attn_gate=True, which the fused RoPE path does not implement")
     assert Attention(replace(cfg, position="learned")).rotary_fallback == (
         "model.position=learned, which the fused RoPE path does not implement")
+    # q and k leave it in paired order: nGPT's per-dimension s_qk would scale the wrong ones
+    assert Attention(replace(cfg, residual="ngpt")).rotary_fallback == (
+        "model.residual=ngpt, which the fused RoPE path does not implement")
     calls = []
     real = fused.rotary_heads
     monkeypatch.setattr(fused, "rotary_heads", lambda *a: calls.append(1) or real(*a))

@@ -196,8 +196,10 @@ class Attention(nn.Module):
                          cache: LayerCache | None) -> bool:
         """Training on CPU, a config the fused path computes (`rotary_fallback` is None:
         RoPE, nothing between the projection and RoPE, see fused.ROTARY_IMPLEMENTS) and no
-        hook on q, k, v: split, rotate and lay out the heads in one function with a
-        hand-written backward (depthlab.model.fused.rotary_heads)."""
+        hook on q, k, v: project with q's and k's rows in RoPE's pairs, then rotate and
+        split the heads in one function with a hand-written backward
+        (depthlab.model.fused.rotary_heads; q and k keep the paired order, which no
+        score sees)."""
         return (self.rotary_fallback is None and rope is not None and rope[0].ndim == 2
                 and cache is None and fused.fast_path_ok(x)
                 and not any(p.hooked for p in (self.hook_q, self.hook_k, self.hook_v)))

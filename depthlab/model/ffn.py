@@ -53,28 +53,18 @@ class SwiGLU(nn.Module):
         self.clamp = cfg.ffn_clamp
         # nGPT: the gate and up projections times s_v * sqrt(d), s_u (depthlab.model.ngpt).
         self.scales = SwiGLUScales(cfg.ffn_hidden, cfg.d_model) if cfg.residual == "ngpt" else None
-        # the training fast path's config story (None: it computes this config; else why not)
-        self.product_fallback = fused.swiglu_reason(cfg)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """gate_proj(x), up_proj(x); while training as one matmul against both weights
         stacked (as attention does for q, k, v), the parameters staying two."""
         if not torch.is_grad_enabled():
             return self.gate_proj(x), self.up_proj(x)
-        return self.stacked(x).chunk(2, dim=-1)
-
-    def stacked(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ [W_gate; W_up].T (+ biases): gate and up side by side [B, T, 2F]."""
         weight = torch.cat([self.gate_proj.weight, self.up_proj.weight])
         bias = (None if self.gate_proj.bias is None
                 else torch.cat([self.gate_proj.bias, self.up_proj.bias]))
-        return F.linear(x, weight, bias)
+        return F.linear(x, weight, bias).chunk(2, dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.product_fallback is None and fused.fast_path_ok(x):
-            # training on CPU, nothing between the matmul and the product (see
-            # fused.SWIGLU_IMPLEMENTS): the same product, its gradient in one buffer
-            return self.down_proj(fused.swiglu_product(self.stacked(x)))
         gate, up = self.project(x)
         if self.scales is not None:
             gate, up = self.scales(gate, up)

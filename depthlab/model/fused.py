@@ -1,17 +1,20 @@
 """Training fast paths on CPU, with their gradients written out, beside the readable layers.
 
-The layers (attention.py, ffn.py) keep their formulas as the reference. On CPU, PyTorch's
-autograd runs some of them as chains of small ops, each a pass over memory and a fresh
-allocation: RoPE on a strided q and k costs a copy, a cat, a negation and two products
-each way; and the tanh form of GELU goes through ATen's tanh, several times slower on
-CPU than its sigmoid. Each function here computes the same values in fewer passes or
-cheaper ones, with its gradient written out by hand, and is used only where
-`fast_path_ok` holds (CPU, gradients on, float32 or float64) and, for RoPE, where the
-config is one it computes (`ROTARY_IMPLEMENTS`, `SWIGLU_IMPLEMENTS`, checked by depthlab.model.support: any
-other switch takes the readable path, with its reason). tests/test_fused.py checks
+The layers (attention.py, ffn.py, norms.py) keep their formulas as the reference. On
+CPU, PyTorch's autograd runs some of them as chains of small ops, each a pass over memory
+and a fresh allocation: RoPE on a strided q and k costs a copy, a cat, a negation and two
+products each way, or, written half by half, runs loops of 16 floats; F.rms_norm's
+backward is a dozen ops; and the tanh form of GELU goes through ATen's tanh, several
+times slower on CPU than its sigmoid. Each function here computes the same values in
+fewer passes or cheaper ones, with its gradient written out by hand, and is used only
+where `fast_path_ok` holds (CPU, gradients on, float32 or float64) and, for RoPE, where
+the config is one it computes (`ROTARY_IMPLEMENTS`, checked by depthlab.model.support:
+any other switch takes the readable path, with its reason). tests/test_fused.py checks
 values, gradients and whole training runs against the readable path;
-bench/reference_loop.py measures the step. (A hand-written RMSNorm backward was twice as
-fast as F.rms_norm's alone but gained nothing measurable inside a step, so it is not here.)
+bench/step_cost.py measures the whole step, and `--without rope|rmsnorm` is the
+interleaved A/B that keeps each function here. (SwiGLU's SiLU(gate) * up with both
+gradients written into one buffer, no cat, measured 0.99-1.00x of autograd's inside a
+step, so it is not here.)
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ def pair_halves(w: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def _complex_pairs(t: torch.Tensor) -> torch.Tensor:
-    """[..., E] real, pairs side by side -> [..., E/2] complex (a view)."""
+    """[..., E] real, pairs side by side -> [..., E/2] complex: a view, or of a copy where
+    t's layout has no complex view (an incoming gradient can have any strides)."""
+    if t.stride(-1) != 1 or any(s % 2 for s in (t.storage_offset(), *t.stride()[:-1])):
+        t = t.contiguous()
     return torch.view_as_complex(t.unflatten(-1, (-1, 2)))
 
 
@@ -151,66 +157,6 @@ class _GeluTanh(torch.autograd.Function):
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """F.gelu(x, approximate="tanh"), forward through a sigmoid."""
     return _GeluTanh.apply(x)
-
-
-# What `swiglu_product` replaces is SwiGLU's gate|up matmul output -> SiLU(gate) * up: the
-# fields it computes, with their values. As for RoPE, a new field falls back until it is
-# listed here or in SWIGLU_EXEMPT (tests/test_fused.py walks ModelConfig's fields).
-SWIGLU_IMPLEMENTS: dict[str, frozenset | None] = {
-    "ffn": frozenset({"swiglu"}), "d_model": ANY, "d_ff": ANY,  # widths read from y's
-    "bias": ANY,  # added by the projection, before the function
-    "ffn_clamp": frozenset({None}),  # clamps gate and up between the matmul and the product
-    # nGPT scales gate and up between the matmul and the product (ngpt.SwiGLUScales)
-    "residual": frozenset(r for r in RESIDUALS if r != "ngpt"),
-}
-# Fields that never reach the FFN's hidden layer: they act on attention, positions, the
-# stream and its shortcuts, the norms around the sublayer, the logits, or where weights
-# start.
-SWIGLU_EXEMPT = frozenset({
-    "vocab_size", "context_len", "n_layers", "n_heads", "n_kv_heads", "head_dim",
-    "position", "rope_theta", "qkv_bias", "attn_gate", "qk_norm", "norm", "norm_eps",
-    "placement", "norm_scale", "value_residual", "streams", "final_norm",
-    "tie_embeddings", "init_std", "init_gain", "scaled_init",
-    "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap"})
-
-
-def swiglu_reason(cfg: ModelConfig) -> str | None:
-    """Why `swiglu_product` cannot compute this config's FFN, or None when it can."""
-    return config_reason(cfg, SWIGLU_IMPLEMENTS, "the fused SwiGLU product",
-                         exempt=SWIGLU_EXEMPT)
-
-
-class _SwiGLUProduct(torch.autograd.Function):
-    """y [..., 2F] = gate | up -> SiLU(gate) * up [..., F].
-
-    Autograd runs this as chunk, silu, mul and, backward, two products, silu_backward and
-    the cat that puts d(gate) and d(up) back side by side. Here both gradients are
-    written straight into one buffer shaped like y: d(up) = g * SiLU(gate) (kept from the
-    forward), d(gate) = SiLU'(gate) * g * up (ATen's silu_backward, in place)."""
-
-    @staticmethod
-    def forward(ctx: FunctionCtx, y: torch.Tensor) -> torch.Tensor:
-        gate, up = y.chunk(2, dim=-1)
-        act = torch.nn.functional.silu(gate)
-        ctx.save_for_backward(y, act)
-        return act * up
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: FunctionCtx, g: torch.Tensor) -> torch.Tensor:
-        y, act = ctx.saved_tensors
-        gate, up = y.chunk(2, dim=-1)
-        dy = torch.empty_like(y)
-        d_gate, d_up = dy.chunk(2, dim=-1)
-        torch.mul(g, act, out=d_up)
-        torch.mul(g, up, out=d_gate)
-        torch.ops.aten.silu_backward.grad_input(d_gate, gate, grad_input=d_gate)
-        return dy
-
-
-def swiglu_product(y: torch.Tensor) -> torch.Tensor:
-    """F.silu(gate) * up for the stacked gate|up projection's output y = gate | up."""
-    return _SwiGLUProduct.apply(y)
 
 
 # ATen's one-pass RMSNorm forward, which also returns 1/rms per row (torch >= 2.7); on an
