@@ -14,15 +14,20 @@ and highest block. FLOPs per token are bench/train_throughput.py's (6N + attenti
 
 --without rope|rmsnorm adds a third loop, the course step with that fused path of
 depthlab.model.fused turned off (its readable layers instead): an interleaved A/B of the
-whole step.
+whole step. --set model.FIELD=VALUE (repeatable) adds the course step with that one
+field changed (model.norm=layernorm, model.position=learned, model.ffn=gelu: which
+of the course block's parts costs what against the gpt2 preset's).
 
     python bench/step_cost.py [--blocks 6] [--rounds 10] [--without rope]
+                              [--set model.norm=layernorm ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import json
 import os
 import statistics
 import time
@@ -51,6 +56,18 @@ def turn_off(model: Transformer, path: str) -> Transformer:
     return model
 
 
+def changed(preset: str, shape: tuple[int, ...], override: str) -> Transformer:
+    """The preset's model at this shape with one model field set, e.g. model.norm=layernorm."""
+    key, _, raw = override.partition("=")
+    field = key.removeprefix("model.")
+    model, _ = depthlab_model(preset, *shape)
+    if not raw or field not in {f.name for f in dataclasses.fields(model.cfg)}:
+        raise SystemExit(f"--set {override}: expected model.FIELD=VALUE with a ModelConfig field")
+    value = json.loads(raw) if raw in ("true", "false", "null") or raw[0].isdigit() else raw
+    torch.manual_seed(0)
+    return Transformer(dataclasses.replace(model.cfg, **{field: value})).train()
+
+
 def matmul_rate(a: torch.Tensor, b: torch.Tensor) -> float:
     """FLOP per CPU-second of one a @ b."""
     t0 = time.thread_time()
@@ -71,6 +88,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--peak-n", type=int, default=1024, help="size of the peak's square mm")
     ap.add_argument("--without", choices=sorted(SWITCHES), help="add the course step without it")
+    ap.add_argument("--set", action="append", default=[], metavar="model.FIELD=VALUE",
+                    help="add the course step with this model field changed")
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
@@ -87,6 +106,9 @@ def main() -> None:
         name = f"course without {args.without}"
         loops[name] = depthlab_step("course", *shape, data, model=turn_off(
             depthlab_model("course", *shape)[0], args.without))
+    for override in args.set:
+        loops[f"course {override}"] = depthlab_step("course", *shape, data,
+                                                    model=changed("course", shape, override))
     a, b = torch.randn(args.peak_n, args.peak_n), torch.randn(args.peak_n, args.peak_n)
     tokens = args.batch * args.context
     flops = {name: tokens * flops_per_token(model, args.context) for name, model in models.items()}
