@@ -159,8 +159,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return _GeluTanh.apply(x)
 
 
-# ATen's one-pass RMSNorm forward, which also returns 1/rms per row (torch >= 2.7); on an
-# older torch RMSNorm keeps F.rms_norm.
+# ATen's RMSNorm forward (what F.rms_norm runs), which also returns 1/rms per row for the
+# backward (torch >= 2.7); on an older torch RMSNorm keeps F.rms_norm.
 _FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
 
 

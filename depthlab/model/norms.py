@@ -8,7 +8,8 @@ not a normalization at all: an elementwise tanh in a norm's place.
 
 Each norm's `reference` method is that formula, step by step. `forward` computes
 the same function with PyTorch's kernels (`F.layer_norm`: one pass instead of five
-elementwise ops; `F.rms_norm`: fewer ops and a smaller autograd graph) whenever the
+elementwise ops; `F.rms_norm`: fewer ops and a smaller autograd graph; while training on
+CPU, RMSNorm's backward written out, depthlab.model.fused.rms_norm) whenever the
 input and the scale share a full-precision dtype; half-precision inputs take the
 reference path, which keeps its statistics in float32. No hook sits inside a norm,
 so the two paths are indistinguishable to probes; tests/test_norms_fused.py checks
