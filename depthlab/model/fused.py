@@ -159,25 +159,22 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return _GeluTanh.apply(x)
 
 
-# ATen's RMSNorm forward (what F.rms_norm runs), which also returns 1/rms per row for the
-# backward (torch >= 2.7); on an older torch RMSNorm keeps F.rms_norm.
-_FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
-
-
 class _RMSNorm(torch.autograd.Function):
     """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
 
-    On CPU autograd differentiates F.rms_norm as its composite of about a dozen ops
-    (pow, mean, rsqrt, products, sums). With p = g * x, the gradients need only
-    dw = sum over rows of r * p, dx = r * g * w - x * r^3 * (p @ w) / D:
+    On CPU F.rms_norm runs as a composite of small ops (pow, mean, add, rsqrt, two
+    products) and autograd differentiates each. Here the forward is one reduction
+    (vector_norm), steps on the per-row r and two products; with p = g * x, the
+    gradients are dw = sum over rows of r * p and dx = r * g * w - x * r^3 * (p @ w) / D:
     one elementwise product, two matrix-vector products and three passes for dx."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
                 eps: float) -> torch.Tensor:
-        y, r = _FUSED_RMS_NORM(x, [x.shape[-1]], weight, eps)
+        r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        r = r.square_().mul_(1.0 / x.shape[-1]).add_(eps).rsqrt_()
         ctx.save_for_backward(x, weight, r)
-        return y
+        return torch.mul(x, r).mul_(weight)
 
     @staticmethod
     @once_differentiable
@@ -190,12 +187,6 @@ class _RMSNorm(torch.autograd.Function):
         c = (p @ weight).mul_(r1.pow(3)).mul_(-1.0 / D)  # -r^3 (p @ w) / D, per row
         dx = torch.mul(g2, weight).mul_(r1[:, None]).addcmul_(x2, c[:, None])
         return dx.view(x.shape), dw, None
-
-
-def rms_norm_ok(x: torch.Tensor) -> bool:
-    """Where `rms_norm` runs: training on CPU in full precision, on a torch that has
-    ATen's fused RMSNorm forward."""
-    return _FUSED_RMS_NORM is not None and fast_path_ok(x)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
