@@ -132,18 +132,33 @@ def model_outputs_and_grads(model: Transformer, idx: torch.Tensor):
     return logits.detach(), torch.autograd.grad(loss, list(model.parameters()))
 
 
-@pytest.mark.parametrize("preset", ["course", "llama", "qwen3", "qwen_next", "olmo2", "gpt2"])
+NGPT = {"residual": "ngpt", "norm": "none", "final_norm": False}
+
+
+@pytest.mark.parametrize("preset", ["course", "llama", "qwen3", "qwen_next", "olmo2", "gpt2",
+                                    "ngpt"])
 def test_models_compute_the_same_with_and_without_the_fast_paths(preset, readable):
-    cfg = replace(get_preset(preset).model, vocab_size=50, value_residual=preset == "llama")
+    """Every preset, and nGPT on the course model (its per-dimension s_qk, set away from
+    its init, read in the fused RoPE's paired order). nGPT's unit-norm q, k and scaled
+    cosine logits amplify float32 rounding in its weight gradients (measured: 2e-4 of the
+    largest on q_proj), so it is compared in float64, where the paths agree to 2e-13."""
+    base = get_preset("course" if preset == "ngpt" else preset).model
+    cfg = replace(base, vocab_size=50, value_residual=preset == "llama",
+                  **(NGPT if preset == "ngpt" else {}))
     torch.manual_seed(3)
-    model = Transformer(cfg)
+    dtype, tol = (torch.float64, 1e-10) if preset == "ngpt" else (torch.float32, 1e-6)
+    model = Transformer(cfg).to(dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("s_qk.weight"):
+                p.uniform_(0.5, 2.0)
     idx = torch.randint(0, 50, (2, 24))
     logits, grads = model_outputs_and_grads(model, idx)
     readable()
     logits_r, grads_r = model_outputs_and_grads(model, idx)
-    torch.testing.assert_close(logits, logits_r, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(logits, logits_r, atol=tol, rtol=tol)
     for a, b in zip(grads, grads_r, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6 * max(1.0, b.abs().max().item()), rtol=1e-5)
+        torch.testing.assert_close(a, b, atol=tol * max(1.0, b.abs().max().item()), rtol=10 * tol)
 
 
 def test_fast_path_only_where_it_applies(monkeypatch):
@@ -188,9 +203,6 @@ def test_the_fused_rope_decides_from_the_config_with_a_reason(monkeypatch):
         "model.attn_gate=True, which the fused RoPE path does not implement")
     assert Attention(replace(cfg, position="learned")).rotary_fallback == (
         "model.position=learned, which the fused RoPE path does not implement")
-    # q and k leave it in paired order: nGPT's per-dimension s_qk would scale the wrong ones
-    assert Attention(replace(cfg, residual="ngpt")).rotary_fallback == (
-        "model.residual=ngpt, which the fused RoPE path does not implement")
     calls = []
     real = fused.rotary_heads
     monkeypatch.setattr(fused, "rotary_heads", lambda *a: calls.append(1) or real(*a))

@@ -247,9 +247,10 @@ class Attention(nn.Module):
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         if self.rotary_fast_path(x, rope, cache):  # the same q, k, v from one function
             q, k, v = fused.rotary_heads(self.project_stacked(x, paired=True), *rope, H, K)
-            gate = None
+            gate, paired = None, True  # q's and k's head dimensions in RoPE's pairs
         else:
             q, k, v, gate = self.heads(x, rope)
+            paired = False
         if self.value_embed is not None:
             if tokens is None:
                 raise ValueError("model.value_embeds looks values up by token: pass the token ids")
@@ -267,7 +268,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(H // K, dim=1)
             v = v.repeat_interleave(H // K, dim=1)
         if self.sphere_qk is not None:
-            q, k = self.sphere_qk(q), self.sphere_qk(k)
+            q, k = self.sphere_qk(q, paired), self.sphere_qk(k, paired)
 
         if self.need_weights or self.hook_pattern.active:
             scores = q @ k.transpose(-2, -1)

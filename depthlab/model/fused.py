@@ -24,7 +24,7 @@ import math
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from depthlab.config import RESIDUALS, ModelConfig
+from depthlab.config import ModelConfig
 from depthlab.model.support import ANY, config_reason
 
 # What `rotary_heads` replaces is Attention's projection output -> heads -> RoPE on q, k:
@@ -36,18 +36,17 @@ ROTARY_IMPLEMENTS: dict[str, frozenset | None] = {
     "bias": ANY, "qkv_bias": ANY,  # added by the projection, before the function
     "attn_gate": frozenset({False}),  # the gate's half of q would be rotated as a query
     "qk_norm": frozenset({False}),  # the norm sits between the projection and RoPE
-    # q and k leave the function with each head's dimensions in pairs (`pair_halves`):
-    # nGPT's residual scales them per dimension afterwards (ngpt.SphereQK), in head order
-    "residual": frozenset(r for r in RESIDUALS if r != "ngpt"),
 }
 # Fields that never reach that part: they act on the stream before the attention reads
 # it, after q, k, v leave the function (the value residual mixes v afterwards, a value
-# embedding is added to v afterwards), or set where weights start. The stream shortcuts
+# embedding is added to v afterwards, nGPT's residual puts q and k on the sphere
+# afterwards, reading its per-dimension scale in their paired order), or set where
+# weights start. The stream shortcuts
 # (x0_mix, backout, smear, unet_skips) mix the stream between blocks and the softcap
 # acts on the logits. `norm` reaches q and k only through QK-norm, declared above.
 ROTARY_EXEMPT = frozenset({
     "vocab_size", "context_len", "n_layers", "d_ff", "ffn", "ffn_clamp", "norm", "norm_eps",
-    "placement", "norm_scale", "value_residual", "streams", "final_norm",
+    "placement", "residual", "norm_scale", "value_residual", "streams", "final_norm",
     "tie_embeddings", "init_std", "init_gain", "scaled_init",
     "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap"})
 
