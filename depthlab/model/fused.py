@@ -158,22 +158,27 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return _GeluTanh.apply(x)
 
 
+# ATen's RMSNorm forward (what F.rms_norm runs, so the fast path's values are bit for bit
+# those of inference and of every probe), which also returns 1/rms per row for the
+# backward (torch >= 2.7); on an older torch RMSNorm keeps F.rms_norm.
+_FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
+
+
 class _RMSNorm(torch.autograd.Function):
     """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
 
-    On CPU F.rms_norm runs as a composite of small ops (pow, mean, add, rsqrt, two
-    products) and autograd differentiates each. Here the forward is one reduction
-    (vector_norm), steps on the per-row r and two products; with p = g * x, the
-    gradients are dw = sum over rows of r * p and dx = r * g * w - x * r^3 * (p @ w) / D:
-    one elementwise product, two matrix-vector products and three passes for dx."""
+    On CPU F.rms_norm's forward is a composite of small ops (pow, mean, add, rsqrt, two
+    products) and autograd differentiates each. The forward here is the same ATen call,
+    keeping its r; with p = g * x, the gradients are dw = sum over rows of r * p and
+    dx = r * g * w - x * r^3 * (p @ w) / D: one elementwise product, two matrix-vector
+    products and three passes for dx."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
                 eps: float) -> torch.Tensor:
-        r = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        r = r.square_().mul_(1.0 / x.shape[-1]).add_(eps).rsqrt_()
+        y, r = _FUSED_RMS_NORM(x, [x.shape[-1]], weight, eps)
         ctx.save_for_backward(x, weight, r)
-        return torch.mul(x, r).mul_(weight)
+        return y
 
     @staticmethod
     @once_differentiable
@@ -191,3 +196,9 @@ class _RMSNorm(torch.autograd.Function):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """F.rms_norm(x, x.shape[-1:], weight, eps), with the backward written out."""
     return _RMSNorm.apply(x, weight, eps)
+
+
+def rms_norm_ok(x: torch.Tensor) -> bool:
+    """Where `rms_norm` runs: training on CPU in full precision, on a torch that has
+    ATen's RMSNorm forward with its r."""
+    return _FUSED_RMS_NORM is not None and fast_path_ok(x)

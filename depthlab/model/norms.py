@@ -86,7 +86,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _fused_ok(x, self.weight):
             return self.reference(x)
-        if self.fused_fallback is None and fused.fast_path_ok(x):  # training on CPU
+        if self.fused_fallback is None and fused.rms_norm_ok(x):  # training on CPU
             return fused.rms_norm(x, self.scale(), self.eps)
         return F.rms_norm(x, x.shape[-1:], self.scale(), self.eps)
 
