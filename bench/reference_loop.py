@@ -17,8 +17,8 @@ step of each and speed ratios (> 1.0x: depthlab is faster), then the spread: the
 ratio in each of --blocks consecutive blocks of rounds, lowest to highest.
 
 depthlab's step runs its CPU training fast paths as `depthlab train` does
-(depthlab.model.fused: RMSNorm's hand-written backward, q|k|v split + RoPE in one
-function, GELU's tanh form through a sigmoid); the references use PyTorch's own ops.
+(depthlab.model.fused: q|k|v split + RoPE in one function, RMSNorm's backward written
+out, GELU's tanh form through a sigmoid); the references use PyTorch's own ops.
 
     python bench/reference_loop.py [--steps 60] [--blocks 6] [--threads 1] [--d-model 128]
 """
@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.config import TrainConfig
 from depthlab.experiments.reference_gpt import RefGPT
 from depthlab.model import Transformer
 from depthlab.presets import get_preset
@@ -116,16 +117,25 @@ def reference_step(arch: Callable[..., nn.Module], d: int, layers: int, heads: i
     return step
 
 
-def depthlab_step(preset: str, d: int, layers: int, heads: int, ctx: int, batch: int,
-                  data: np.ndarray):
+def depthlab_model(preset: str, d: int, layers: int, heads: int, ctx: int,
+                   batch: int) -> tuple[Transformer, TrainConfig]:
+    """The preset's model at this shape, in training mode, and its training config."""
     cfg = get_preset(preset)
     cfg = replace(cfg, model=replace(cfg.model, vocab_size=VOCAB, context_len=ctx, d_model=d,
                                      n_layers=layers, n_heads=heads),
                   train=replace(cfg.train, batch_size=batch, seq_len=ctx, steps=10**6))
-    tc = cfg.train
-    torch.manual_seed(tc.seed)
+    torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model)
     model.train()
+    return model, cfg.train
+
+
+def depthlab_step(preset: str, d: int, layers: int, heads: int, ctx: int, batch: int,
+                  data: np.ndarray, model: Transformer | None = None):
+    """One `depthlab train` step of the preset's model at this shape (or of `model`, one
+    built by depthlab_model and then adjusted)."""
+    built, tc = depthlab_model(preset, d, layers, heads, ctx, batch)
+    model = built if model is None else model
     opt = make_optimizer(model, tc)
     state = {"i": 0}
 

@@ -3,13 +3,16 @@ of this machine's fp32 matmul peak, measured in the same run.
 
 FLOPs per token = 6N (N = non-embedding parameters + the LM head matmul) plus
 attention, 12 * L * T * d per token (forward + backward of QK^T and PV, causal
-masking not subtracted). Peak = the best of a few large square torch.mm calls, measured
-right before and right after each model's steps in this run (the best of both), so the
-fraction divides by the peak of the same minutes, never by a stored one. Times are CPU
-time of this process (time.process_time), so other load on the machine counts against
-neither side directly; it still moves both (shared caches, memory bandwidth), so each
-row is measured `--repeats` times and the median, lowest and highest fraction printed.
+masking not subtracted). Peak = the rate of a large square torch.mm, timed right after
+every training step, interleaved with the steps (not once before them), so the peak and
+the steps see the same seconds of load; each measurement divides the median step's
+FLOP/s by the median matmul rate of those same rounds. Times are CPU time of this
+thread (time.thread_time), so other load on the machine counts against neither side
+directly; it still moves both (shared caches, memory bandwidth), so each row is
+measured `--repeats` times and the median, lowest and highest fraction printed.
 `--compile` adds torch.compile'd rows (minutes of compilation on a CPU).
+bench/step_cost.py does the same at the char-level recipe's shape, beside the gpt2
+preset's step.
 
     python bench/train_throughput.py [--threads 1] [--steps 10] [--batch 16] [--seq 128]
                                      [--repeats 3] [--compile]
@@ -32,15 +35,11 @@ from depthlab.presets import course
 from depthlab.train.optim import make_optimizer
 
 
-def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_rate(a: torch.Tensor, b: torch.Tensor) -> float:
+    """FLOP per CPU-second of one a @ b (square, n^3 multiply-adds)."""
+    t0 = time.thread_time()
     torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.process_time()
-        torch.mm(a, b)
-        best = min(best, time.process_time() - t0)
-    return 2 * n**3 / best
+    return 2 * a.shape[0] ** 3 / (time.thread_time() - t0)
 
 
 def flops_per_token(model: Transformer, seq: int) -> float:
@@ -51,8 +50,10 @@ def flops_per_token(model: Transformer, seq: int) -> float:
     return 6 * n + 12 * cfg.n_layers * seq * cfg.n_heads * cfg.head_size
 
 
-def measure(d_model: int, compiled: bool, steps: int, batch: int,
-            seq: int) -> tuple[float, float]:
+def measure(d_model: int, compiled: bool, steps: int, batch: int, seq: int,
+            peak_n: int) -> tuple[float, float, float]:
+    """tokens per CPU-second (median step), FLOPs per token, and the median matmul peak
+    of the same rounds: each step is followed by one peak_n^3 torch.mm."""
     cfg = course()
     cfg = replace(cfg, model=replace(cfg.model, d_model=d_model, vocab_size=2048))
     torch.manual_seed(0)
@@ -60,6 +61,7 @@ def measure(d_model: int, compiled: bool, steps: int, batch: int,
     opt = make_optimizer(model, cfg.train)
     fwd = torch.compile(model) if compiled else model
     x = torch.randint(0, cfg.model.vocab_size, (batch, seq + 1))
+    a, b = torch.randn(peak_n, peak_n), torch.randn(peak_n, peak_n)
 
     def step() -> None:
         loss = F.cross_entropy(fwd(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
@@ -69,11 +71,15 @@ def measure(d_model: int, compiled: bool, steps: int, batch: int,
 
     for _ in range(2):  # warm-up (and compilation)
         step()
-    t0 = time.process_time()
+        matmul_rate(a, b)
+    times, peaks = [], []
     for _ in range(steps):
+        t0 = time.thread_time()
         step()
-    tokens_per_s = steps * batch * seq / (time.process_time() - t0)
-    return tokens_per_s, flops_per_token(model, seq)
+        times.append(time.thread_time() - t0)
+        peaks.append(matmul_rate(a, b))
+    tokens_per_s = batch * seq / statistics.median(times)
+    return tokens_per_s, flops_per_token(model, seq), statistics.median(peaks)
 
 
 def main() -> None:
@@ -84,6 +90,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3, help="measurements of each row")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
+    ap.add_argument("--peak-n", type=int, default=2048, help="size of the peak's square mm")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loads = [os.getloadavg()[0]]
@@ -92,20 +99,20 @@ def main() -> None:
         for d in (128, 256):
             for compiled in (False, True) if args.compile else (False,):
                 mode = "compiled" if compiled else "eager"
-                before = matmul_peak()
                 try:
-                    tps, fpt = measure(d, compiled, args.steps, args.batch, args.seq)
+                    tps, fpt, peak = measure(d, compiled, args.steps, args.batch, args.seq,
+                                             args.peak_n)
                 except Exception as e:  # torch.compile needs a working C++ toolchain
                     print(f"{d:>7} {mode:>8}  skipped: torch.compile failed "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:80]})")
                     continue
-                peak = max(before, matmul_peak())
                 rows.setdefault((d, mode), []).append((tps, tps * fpt, peak))
         loads.append(os.getloadavg()[0])
     peaks = [p for runs in rows.values() for _, _, p in runs]
     print(f"{datetime.date.today()}; threads {args.threads}; 1-min load average "
           f"{min(loads):.1f}-{max(loads):.1f}; fp32 matmul peak {min(peaks) / 1e9:.1f}-"
-          f"{max(peaks) / 1e9:.1f} GFLOP/s per CPU-second (2048^3 torch.mm, around each row)")
+          f"{max(peaks) / 1e9:.1f} GFLOP/s per CPU-second ({args.peak_n}^3 torch.mm after every "
+          f"step, median per measurement)")
     print(f"{'d_model':>7} {'mode':>8} {'tokens/CPU-s':>13} {'GFLOP/s':>8} {'of peak':>8} "
           f"{'lowest':>7} {'highest':>7}  ({args.repeats} measurements, median)")
     for (d, mode), runs in rows.items():

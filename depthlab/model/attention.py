@@ -180,19 +180,26 @@ class Attention(nn.Module):
             return self.q_proj(x), self.k_proj(x), self.v_proj(x)
         return self.project_stacked(x).split(self.widths, dim=-1)
 
-    def project_stacked(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ [W_q; W_k; W_v].T (+ biases): the three projections side by side [B, T, *]."""
+    def project_stacked(self, x: torch.Tensor, paired: bool = False) -> torch.Tensor:
+        """x @ [W_q; W_k; W_v].T (+ biases): the three projections side by side [B, T, *];
+        paired: q's and k's columns in the pairs RoPE rotates (fused.pair_halves)."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([p.weight for p in projs])
-        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-        return F.linear(x, weight, bias)
+
+        def stacked(name: str) -> torch.Tensor:
+            q, k, v = (getattr(p, name) for p in projs)
+            if paired:
+                q, k = fused.pair_halves(q, self.n_heads), fused.pair_halves(k, self.n_kv_heads)
+            return torch.cat([q, k, v])
+        return F.linear(x, stacked("weight"), None if self.q_proj.bias is None else stacked("bias"))
 
     def rotary_fast_path(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                          cache: LayerCache | None) -> bool:
         """Training on CPU, a config the fused path computes (`rotary_fallback` is None:
         RoPE, nothing between the projection and RoPE, see fused.ROTARY_IMPLEMENTS) and no
-        hook on q, k, v: split, rotate and lay out the heads in one function with a
-        hand-written backward (depthlab.model.fused.rotary_heads)."""
+        hook on q, k, v: project with q's and k's rows in RoPE's pairs, then rotate and
+        split the heads in one function with a hand-written backward
+        (depthlab.model.fused.rotary_heads; q and k keep the paired order, which no
+        score sees)."""
         return (self.rotary_fallback is None and rope is not None and rope[0].ndim == 2
                 and cache is None and fused.fast_path_ok(x)
                 and not any(p.hooked for p in (self.hook_q, self.hook_k, self.hook_v)))
@@ -239,10 +246,11 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         if self.rotary_fast_path(x, rope, cache):  # the same q, k, v from one function
-            q, k, v = fused.rotary_heads(self.project_stacked(x), *rope, H, K)
-            gate = None
+            q, k, v = fused.rotary_heads(self.project_stacked(x, paired=True), *rope, H, K)
+            gate, paired = None, True  # q's and k's head dimensions in RoPE's pairs
         else:
             q, k, v, gate = self.heads(x, rope)
+            paired = False
         if self.value_embed is not None:
             if tokens is None:
                 raise ValueError("model.value_embeds looks values up by token: pass the token ids")
@@ -260,7 +268,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(H // K, dim=1)
             v = v.repeat_interleave(H // K, dim=1)
         if self.sphere_qk is not None:
-            q, k = self.sphere_qk(q), self.sphere_qk(k)
+            q, k = self.sphere_qk(q, paired), self.sphere_qk(k, paired)
 
         if self.need_weights or self.hook_pattern.active:
             scores = q @ k.transpose(-2, -1)

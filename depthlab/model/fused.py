@@ -1,17 +1,20 @@
 """Training fast paths on CPU, with their gradients written out, beside the readable layers.
 
-The layers (attention.py, ffn.py) keep their formulas as the reference. On CPU, PyTorch's
-autograd runs some of them as chains of small ops, each a pass over memory and a fresh
-allocation: RoPE on a strided q and k costs a copy, a cat, a negation and two products
-each way; and the tanh form of GELU goes through ATen's tanh, several times slower on
-CPU than its sigmoid. Each function here computes the same values in fewer passes or
-cheaper ones, with its gradient written out by hand, and is used only where
-`fast_path_ok` holds (CPU, gradients on, float32 or float64) and, for RoPE, where the
-config is one it computes (`ROTARY_IMPLEMENTS`, checked by depthlab.model.support: any
-other switch takes the readable path, with its reason). tests/test_fused.py checks
+The layers (attention.py, ffn.py, norms.py) keep their formulas as the reference. On
+CPU, PyTorch's autograd runs some of them as chains of small ops, each a pass over memory
+and a fresh allocation: RoPE on a strided q and k costs a copy, a cat, a negation and two
+products each way, or, written half by half, runs loops of 16 floats; F.rms_norm's
+backward is a dozen ops; and the tanh form of GELU goes through ATen's tanh, several
+times slower on CPU than its sigmoid. Each function here computes the same values in
+fewer passes or cheaper ones, with its gradient written out by hand, and is used only
+where `fast_path_ok` holds (CPU, gradients on, float32 or float64) and, for RoPE, where
+the config is one it computes (`ROTARY_IMPLEMENTS`, checked by depthlab.model.support:
+any other switch takes the readable path, with its reason). tests/test_fused.py checks
 values, gradients and whole training runs against the readable path;
-bench/reference_loop.py measures the step. (A hand-written RMSNorm backward was twice as
-fast as F.rms_norm's alone but gained nothing measurable inside a step, so it is not here.)
+bench/step_cost.py measures the whole step, and `--without rope|rmsnorm` is the
+interleaved A/B that keeps each function here. (SwiGLU's SiLU(gate) * up with both
+gradients written into one buffer, no cat, measured 0.99-1.00x of autograd's inside a
+step, so it is not here.)
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ ROTARY_IMPLEMENTS: dict[str, frozenset | None] = {
 # Fields that never reach that part: they act on the stream before the attention reads
 # it, after q, k, v leave the function (the value residual mixes v afterwards, a value
 # embedding is added to v afterwards, nGPT's residual puts q and k on the sphere
-# afterwards), or set where weights start. The stream shortcuts (x0_mix, backout, smear,
-# unet_skips) mix the stream between blocks and the softcap acts on the logits. `norm`
-# reaches q and k only through QK-norm, declared above.
+# afterwards, reading its per-dimension scale in their paired order), or set where
+# weights start. The stream shortcuts
+# (x0_mix, backout, smear, unet_skips) mix the stream between blocks and the softcap
+# acts on the logits. `norm` reaches q and k only through QK-norm, declared above.
 ROTARY_EXEMPT = frozenset({
     "vocab_size", "context_len", "n_layers", "d_ff", "ffn", "ffn_clamp", "norm", "norm_eps",
     "placement", "residual", "norm_scale", "value_residual", "streams", "final_norm",
@@ -58,62 +62,70 @@ def fast_path_ok(x: torch.Tensor) -> bool:
             and x.dtype in (torch.float32, torch.float64))
 
 
-def _rotate_into(out: torch.Tensor, x: torch.Tensor, cos: torch.Tensor,
-                 sin: torch.Tensor) -> None:
-    """out = x * cos + rotate_half(x) * sin, written half by half (no cat, no negation):
-    first half x1 * c - x2 * s, second half x2 * c + x1 * s. cos, sin [T, 1, E/2]
-    broadcast over x's [B, T, heads, E]; out may be a strided view."""
-    h = x.shape[-1] // 2
-    x1, x2, o1, o2 = x[..., :h], x[..., h:], out[..., :h], out[..., h:]
-    torch.mul(x1, cos, out=o1)
-    o1.addcmul_(x2, sin, value=-1.0)
-    torch.mul(x2, cos, out=o2)
-    o2.addcmul_(x1, sin)
+def pair_halves(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """A q or k projection's rows (weight [heads * E, D] or bias [heads * E]) reordered
+    within each head from (first half | second half) to the pairs RoPE rotates side by
+    side: rows 0, E/2, 1, E/2 + 1, ... The projection then puts each pair (x_j, x_j+E/2)
+    next to each other, where it reads as one complex number."""
+    return w.unflatten(0, (heads, 2, -1)).transpose(1, 2).reshape(w.shape)
+
+
+def _complex_pairs(t: torch.Tensor) -> torch.Tensor:
+    """[..., E] real, pairs side by side -> [..., E/2] complex: a view, or of a copy where
+    t's layout has no complex view (an incoming gradient can have any strides)."""
+    if t.stride(-1) != 1 or any(s % 2 for s in (t.storage_offset(), *t.stride()[:-1])):
+        t = t.contiguous()
+    return torch.view_as_complex(t.unflatten(-1, (-1, 2)))
 
 
 class _RotaryHeads(torch.autograd.Function):
-    """One matmul's output y [B, T, (H + 2K) * E] -> q [B, H, T, E], k [B, K, T, E] with
-    RoPE applied, and v [B, K, T, E]; each a fresh contiguous tensor.
+    """One matmul's output y [B, T, (H + 2K) * E], its q and k columns in pairs (see
+    `pair_halves`) -> q [B, H, T, E], k [B, K, T, E] with RoPE applied, and v [B, K, T, E]:
+    q and k as views of one fresh tensor, v a view of y.
 
-    RoPE is a rotation, so its backward is the rotation by the opposite angle (sin -> -sin);
-    the three gradients are written straight into one buffer shaped like y."""
+    With each pair (x_j, x_j+E/2) read as one complex number, RoPE is one complex product
+    by e^(i angle) over q and k together, with long contiguous rows. The paired order of
+    a head's dimensions is the same for q and k, so every score q . k, and so attention's
+    output, is what the head order gives (the sum taken in another order). The backward
+    is the rotation by the opposite angle (the conjugate), written into one buffer shaped
+    like y."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 n_q: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, width = y.shape
         E = width // (n_q + 2 * n_kv)
-        heads = y.view(B, T, n_q + 2 * n_kv, E)
-        h = E // 2
-        cos, sin = cos[:, None, :h], sin[:, None, :h]  # halves are equal (HF layout)
-        q = y.new_empty(B, n_q, T, E)
-        k = y.new_empty(B, n_kv, T, E)
-        _rotate_into(q.transpose(1, 2), heads[:, :, :n_q], cos, sin)
-        _rotate_into(k.transpose(1, 2), heads[:, :, n_q:n_q + n_kv], cos, sin)
-        v = heads[:, :, n_q + n_kv:].transpose(1, 2).contiguous()
-        ctx.save_for_backward(cos, sin)
+        rotated = (n_q + n_kv) * E
+        turn = torch.complex(cos[:, :E // 2], sin[:, :E // 2])  # [T, E/2]; halves are equal
+        qk = torch.view_as_real(_complex_pairs(y[..., :rotated]) * turn.repeat(1, n_q + n_kv))
+        qk = qk.view(B, T, n_q + n_kv, E).transpose(1, 2)
+        v = y[..., rotated:].view(B, T, n_kv, E).transpose(1, 2)
+        ctx.save_for_backward(turn)
         ctx.n_q, ctx.n_kv = n_q, n_kv
-        return q, k, v
+        return qk[:, :n_q], qk[:, n_q:], v
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, dq: torch.Tensor, dk: torch.Tensor,
                  dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        cos, sin = ctx.saved_tensors
+        (turn,) = ctx.saved_tensors
         n_q, n_kv = ctx.n_q, ctx.n_kv
         B, _, T, E = dq.shape
         dy = dq.new_empty(B, T, n_q + 2 * n_kv, E)
-        _rotate_into(dy[:, :, :n_q], dq.transpose(1, 2), cos, -sin)
-        _rotate_into(dy[:, :, n_q:n_q + n_kv], dk.transpose(1, 2), cos, -sin)
+        back = turn.conj()[:, None]  # [T, 1, E/2]
+        torch.mul(_complex_pairs(dq.transpose(1, 2)), back, out=_complex_pairs(dy[:, :, :n_q]))
+        torch.mul(_complex_pairs(dk.transpose(1, 2)), back,
+                  out=_complex_pairs(dy[:, :, n_q:n_q + n_kv]))
         dy[:, :, n_q + n_kv:] = dv.transpose(1, 2)
         return dy.view(B, T, -1), None, None, None, None
 
 
 def rotary_heads(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
                  n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fused q|k|v projection's output -> q, k (RoPE applied at the positions of cos,
-    sin [T, E]) and v, each [B, heads, T, E]: what Attention.forward computes with
-    split, reshape, transpose and apply_rope."""
+    """The fused q|k|v projection's output, q and k rows in pairs (`pair_halves`) -> q, k
+    (RoPE applied at the positions of cos, sin [T, E]; their dimensions in that paired
+    order) and v, each [B, heads, T, E]: attention over them computes what
+    Attention.heads's split, reshape, transpose and apply_rope give it."""
     return _RotaryHeads.apply(y, cos, sin, n_q, n_kv)
 
 
@@ -144,3 +156,49 @@ class _GeluTanh(torch.autograd.Function):
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """F.gelu(x, approximate="tanh"), forward through a sigmoid."""
     return _GeluTanh.apply(x)
+
+
+# ATen's RMSNorm forward (what F.rms_norm runs, so the fast path's values are bit for bit
+# those of inference and of every probe), which also returns 1/rms per row for the
+# backward (torch >= 2.7); on an older torch RMSNorm keeps F.rms_norm.
+_FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
+
+    On CPU F.rms_norm's forward is a composite of small ops (pow, mean, add, rsqrt, two
+    products) and autograd differentiates each. The forward here is the same ATen call,
+    keeping its r; with p = g * x, the gradients are dw = sum over rows of r * p and
+    dx = r * g * w - x * r^3 * (p @ w) / D: one elementwise product, two matrix-vector
+    products and three passes for dx."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
+                eps: float) -> torch.Tensor:
+        y, r = _FUSED_RMS_NORM(x, [x.shape[-1]], weight, eps)
+        ctx.save_for_backward(x, weight, r)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, r = ctx.saved_tensors
+        D = x.shape[-1]
+        x2, g2, r1 = x.reshape(-1, D), g.reshape(-1, D), r.reshape(-1)
+        p = g2 * x2
+        dw = r1 @ p if ctx.needs_input_grad[1] else None
+        c = (p @ weight).mul_(r1.pow(3)).mul_(-1.0 / D)  # -r^3 (p @ w) / D, per row
+        dx = torch.mul(g2, weight).mul_(r1[:, None]).addcmul_(x2, c[:, None])
+        return dx.view(x.shape), dw, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """F.rms_norm(x, x.shape[-1:], weight, eps), with the backward written out."""
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def rms_norm_ok(x: torch.Tensor) -> bool:
+    """Where `rms_norm` runs: training on CPU in full precision, on a torch that has
+    ATen's RMSNorm forward with its r."""
+    return _FUSED_RMS_NORM is not None and fast_path_ok(x)

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.model.fused import pair_halves
 from depthlab.model.residual_base import Residual
 
 ALPHA_INIT = 0.05
@@ -96,8 +97,13 @@ class SphereQK(nn.Module):
     def reset_parameters(self) -> None:
         self.s_qk.reset_parameters()
 
-    def forward(self, t: torch.Tensor) -> torch.Tensor:
-        return self.s_qk().view(self.n_heads, 1, self.head_size) * unit(t)
+    def forward(self, t: torch.Tensor, paired: bool = False) -> torch.Tensor:
+        """paired: t's head dimensions are in RoPE's pairs (the fused training path,
+        depthlab.model.fused.rotary_heads), so s_qk is read in that order too."""
+        scale = self.s_qk()
+        if paired:
+            scale = pair_halves(scale, self.n_heads)
+        return scale.view(self.n_heads, 1, self.head_size) * unit(t)
 
 
 class SwiGLUScales(nn.Module):

@@ -8,7 +8,8 @@ not a normalization at all: an elementwise tanh in a norm's place.
 
 Each norm's `reference` method is that formula, step by step. `forward` computes
 the same function with PyTorch's kernels (`F.layer_norm`: one pass instead of five
-elementwise ops; `F.rms_norm`: fewer ops and a smaller autograd graph) whenever the
+elementwise ops; `F.rms_norm`: fewer ops and a smaller autograd graph; while training on
+CPU, RMSNorm's backward written out, depthlab.model.fused.rms_norm) whenever the
 input and the scale share a full-precision dtype; half-precision inputs take the
 reference path, which keeps its statistics in float32. No hook sits inside a norm,
 so the two paths are indistinguishable to probes; tests/test_norms_fused.py checks
@@ -20,6 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from depthlab.model import fused
 
 
 def _stats_dtype(x: torch.Tensor) -> torch.dtype:
@@ -65,6 +68,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.fused_fallback: str | None = None  # set: take F.rms_norm's path, for this reason
 
     def reset_parameters(self) -> None:
         nn.init.ones_(self.weight)
@@ -82,6 +86,8 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not _fused_ok(x, self.weight):
             return self.reference(x)
+        if self.fused_fallback is None and fused.rms_norm_ok(x):  # training on CPU
+            return fused.rms_norm(x, self.scale(), self.eps)
         return F.rms_norm(x, x.shape[-1:], self.scale(), self.eps)
 
 
