@@ -68,6 +68,15 @@ def vaswani2017() -> Config:
                                     scaled_init=False))
 
 
+def speedrun() -> Config:
+    """The fastest design of the standard speedrun race: the course model with Muon on
+    its hidden matrices, 1,000 steps of 16 x 64 characters (docs/experiments.md)."""
+    c = course()
+    return replace(c, train=replace(
+        c.train, optimizer="muon", steps=1000, batch_size=16, seq_len=64, eval_every=50,
+        eval_tokens=16384, probe_every=50, ckpt_every=250))
+
+
 def tiny() -> Config:
     """A seconds-fast variant of the course model for tests and smoke runs."""
     c = course()
@@ -87,6 +96,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     "qwen3": qwen3,
     "qwen_next": qwen_next,
     "olmo2": olmo2,
+    "speedrun": speedrun,
     "tiny": tiny,
 }
 
