@@ -288,7 +288,7 @@ def test_reference_is_nanogpts_model():
     assert logits.shape == (2, 64, 65)
 
 
-def test_with_one_seed_an_arm_pays_only_with_fewer_steps_to_the_target():
+def test_an_arm_pays_only_with_fewer_steps_and_less_cpu_time_to_the_target():
     def hits(step, cpu):
         return [sr.Hit(step, step * 10, cpu, 2 * cpu, 500, 1.8)]
 
@@ -298,7 +298,14 @@ def test_with_one_seed_an_arm_pays_only_with_fewer_steps_to_the_target():
     assert not race.pays("same-step")  # cheaper, but at the same step: load, not design
     assert race.pays("fewer-steps")
     assert not race.pays("slower") and not race.pays("never")
-    # with seeds, the spread decides
+    # with seeds, fewer steps and less CPU time, each beyond the spread: an arm whose seeds
+    # ran side by side at a steadier load shows a tight spread and a gap of seconds at the
+    # same step count, which is still the load
     two = sr.Race(2.3, 40.0, {sr.BASELINE: hits(100, 13.0) + hits(100, 13.2),
-                              "same-step": hits(100, 11.0) + hits(100, 11.1)})
-    assert two.pays("same-step")
+                              "same-step": hits(100, 11.0) + hits(100, 11.1),
+                              "fewer-steps": hits(75, 11.0) + hits(75, 11.2),
+                              "steps-within-spread": hits(75, 11.0) + hits(100, 11.2),
+                              "cpu-within-spread": hits(75, 12.0) + hits(75, 14.0)})
+    assert not two.pays("same-step")
+    assert two.pays("fewer-steps")
+    assert not two.pays("steps-within-spread") and not two.pays("cpu-within-spread")

@@ -85,13 +85,15 @@ def test_the_readings_of_a_small_race():
     assert r["sr-board"]["fastest"] == "unet-skips" and r["sr-board"]["pays"] is True
     assert r["sr-board"]["text"]["en"] == (
         "Fastest to the target: + U-net skips, 3.1 ± 0.1 CPU-seconds, 0.31 ± 0.01× the reference's "
-        "(the goal is at most 0.35×: met); faster than the course preset (4.2 ± 0.2) beyond the seed spread.")
+        "(the goal is at most 0.35×: met); faster than the course preset (4.2 ± 0.2) and in fewer "
+        "steps (80 ± 0 against 100 ± 0), each beyond the seed spread.")
     assert r["sr-board"]["text"]["zh"].startswith("最快达到目标的是加 U-net 跳连：3.1 ± 0.1 CPU 秒")
     # Muon: 4.5 ± 0.5 against 4.2 ± 0.2, within the spread; x0 mixing slower; softcap and
     # nGPT do not reach the target in every seed
     assert (r["sr-pay"]["paid"], r["sr-pay"]["unpaid"]) == (["unet-skips"], ["muon", "x0-mix", "softcap", "ngpt"])
     assert r["sr-pay"]["text"]["en"] == (
-        "Alone, these do not pay at this scale (3 seeds: faster beyond the seed spread): + Muon on the "
+        "Alone, these do not pay at this scale (3 seeds: fewer steps and less CPU time, each beyond "
+        "the seed spread): + Muon on the "
         "hidden matrices, + embedding shortcut (x0 mixing), + logit softcap 15, nGPT (normalised "
         "Transformer). These pay: + U-net skips.")
     assert r["sr-curves"]["reached"] == 4 and r["sr-curves"]["lowest"] == "unet-skips"
