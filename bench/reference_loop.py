@@ -153,21 +153,31 @@ def depthlab_step(preset: str, d: int, layers: int, heads: int, ctx: int, batch:
     return step
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=60, help="timed steps of each loop")
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--blocks", type=int, default=6, help="blocks of rounds for the spread")
+def add_shape_args(ap: argparse.ArgumentParser) -> None:
+    """--threads and the model and batch shape, the char-level Shakespeare CPU recipe's
+    by default (shared with bench/step_cost.py)."""
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--context", type=int, default=64)
     ap.add_argument("--batch", type=int, default=12)
+
+
+def shape_of(args: argparse.Namespace) -> tuple[int, int, int, int, int]:
+    return (args.d_model, args.layers, args.heads, args.context, args.batch)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=60, help="timed steps of each loop")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--blocks", type=int, default=6, help="blocks of rounds for the spread")
+    add_shape_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)
-    shape = (args.d_model, args.layers, args.heads, args.context, args.batch)
+    shape = shape_of(args)
     loops = {"reference gpt2": reference_step(gpt2_shaped, *shape, data),
              "depthlab gpt2": depthlab_step("gpt2", *shape, data),
              "reference course": reference_step(RefCourse, *shape, data),

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from reference_loop import VOCAB, depthlab_model, depthlab_step
+from reference_loop import VOCAB, add_shape_args, depthlab_model, depthlab_step, shape_of
 from train_throughput import flops_per_token
 
 from depthlab.model import Transformer
@@ -85,20 +85,15 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=10, help="rounds per block")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--peak-n", type=int, default=1024, help="size of the peak's square mm")
     ap.add_argument("--without", choices=sorted(SWITCHES), help="add the course step without it")
     ap.add_argument("--set", action="append", default=[], metavar="model.FIELD=VALUE",
                     help="add the course step with this model field changed")
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--context", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=12)
+    add_shape_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)
-    shape = (args.d_model, args.layers, args.heads, args.context, args.batch)
+    shape = shape_of(args)
     models = {"course": depthlab_model("course", *shape)[0], "gpt2": depthlab_model("gpt2", *shape)[0]}
     loops: dict[str, Callable[[], None]] = {
         name: depthlab_step(name, *shape, data, model=model) for name, model in models.items()}
