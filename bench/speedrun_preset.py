@@ -12,7 +12,7 @@ Running both at once puts whatever else loads the machine on both alike. With se
 seeds the pairs run one after another and the ratio is printed per seed and as a mean.
 The issue's goal: at most 0.35x.
 
-    python bench/speedrun_preset.py [--seeds 0,1,2] [--preset speedrun]
+    python bench/speedrun_preset.py [--seeds 3 | 0,1,2] [--preset speedrun]
 """
 
 from __future__ import annotations
@@ -25,8 +25,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from depthlab.errors import UserError
 from depthlab.experiments import speedrun
-from depthlab.experiments.spec import BUDGETS, RunResult, RunSpec, base_config, seeded
+from depthlab.experiments.spec import (
+    BUDGETS,
+    RunResult,
+    RunSpec,
+    base_config,
+    parse_seeds,
+    seed_list,
+    seeded,
+)
 from depthlab.metrics import read_metrics
 from depthlab.presets import get_preset
 
@@ -69,15 +78,25 @@ def race(preset: str, seed: int, work: Path) -> tuple[float, speedrun.Hit, float
     return ref_cpu, speedrun.hit(arm, target), target
 
 
+
+def seeds_arg(text: str) -> tuple[int, ...]:
+    """--seeds as every experiment reads it (depthlab.experiments.spec.parse_seeds)."""
+    try:
+        return seed_list(parse_seeds(text))
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         child_reference(sys.argv[2], int(sys.argv[3]))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0", help="comma-separated seeds (default: 0)")
+    ap.add_argument("--seeds", default=(0,), type=seeds_arg,
+                    help="a count N (seeds 0..N-1) or the seeds, 0,1,2 or 7, (default: seed 0)")
     ap.add_argument("--preset", default="speedrun")
     args = ap.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = args.seeds
     load = os.getloadavg()[0]
     ratios = []
     with tempfile.TemporaryDirectory(prefix="speedrun-bench-") as tmp:

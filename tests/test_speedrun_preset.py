@@ -9,6 +9,7 @@ from pathlib import Path
 from depthlab.experiments import BUDGETS
 from depthlab.experiments import speedrun as sr
 from depthlab.experiments.spec import base_config
+from depthlab.experiments.speedrun_readings import race as committed_race
 from depthlab.presets import PRESETS, describe_presets, get_preset
 
 EXPORT = Path(__file__).resolve().parents[1] / "docs" / "results" / "speedrun.export.json"
@@ -35,7 +36,7 @@ def test_the_committed_race_is_the_standard_one_with_three_seeds():
 
 
 def test_the_preset_is_the_fastest_arm_of_the_committed_race():
-    winner = sr.fastest_arm(committed()["per_seed"])
+    winner = committed_race(committed()["per_seed"]).fastest()
     assert winner is not None, "no arm of the committed race reaches the target in every seed"
     race, preset = race_config(winner), get_preset("speedrun")
     assert preset.model == race.model
@@ -45,17 +46,19 @@ def test_the_preset_is_the_fastest_arm_of_the_committed_race():
 
 
 def test_fastest_arm_reads_the_seed_means_of_arms_that_always_reach_the_target():
-    per_seed = {
-        "reference": {"cpu_s_to_target": [100.0, 100.0]},  # the yardstick, never an arm
-        "baseline": {"cpu_s_to_target": [30.0, 34.0]},
-        "quick-but-flaky": {"cpu_s_to_target": [10.0, None]},
-        "muon": {"cpu_s_to_target": [29.0, 34.0]},
+    def hits(*cpus):
+        return [sr.Hit(None if c is None else 100, None, c, 60.0, 500, 1.8) for c in cpus]
+
+    times = {
+        sr.REFERENCE: (100.0, 100.0),  # the yardstick, never an arm
+        "baseline": (30.0, 34.0),
+        "quick-but-flaky": (10.0, None),
+        "muon": (29.0, 34.0),
     }
-    assert sr.fastest_arm(per_seed) == "muon"
-    per_seed["muon"]["cpu_s_to_target"] = [36.0, 29.0]
-    assert sr.fastest_arm(per_seed) == "baseline"
-    assert sr.fastest_arm({"reference": {"cpu_s_to_target": [1.0]},
-                           "a": {"cpu_s_to_target": [None]}}) is None
+    assert sr.Race(2.0, 100.0, {a: hits(*c) for a, c in times.items()}).fastest() == "muon"
+    times["muon"] = (36.0, 29.0)
+    assert sr.Race(2.0, 100.0, {a: hits(*c) for a, c in times.items()}).fastest() == "baseline"
+    assert sr.Race(2.0, 1.0, {sr.REFERENCE: hits(1.0), "a": hits(None)}).fastest() is None
 
 
 def test_the_preset_is_listed_with_its_line():

@@ -261,6 +261,14 @@ class Race:
     def steps(self, arm: str) -> list[int]:
         return [h.step for h in self.hits[arm] if h.step is not None]
 
+    def fastest(self) -> str | None:
+        """The arm with the least mean CPU time to the target among those that reach it in
+        every seed (the reference is the yardstick, not an arm); None when none does.
+        `--preset speedrun` is this arm of the committed standard race
+        (tests/test_speedrun_preset.py)."""
+        done = [a for a in self.hits if a != REFERENCE and self.reached(a)]
+        return min(done, key=lambda a: mean(self.cpu(a))) if done else None
+
     def pays(self, arm: str) -> bool:
         """Reaches the target in every seed, in fewer steps and in less CPU time than the
         baseline, each beyond the seeds' spread (or where the baseline does not reach it).
@@ -286,16 +294,6 @@ def race(arms: dict[str, list[RunResult]]) -> Race:
     hits = {arm: [hit(r, target) for r in runs] for arm, runs in arms.items()}
     return Race(target, mean([h.cpu_total for h in hits[REFERENCE]]), hits)
 
-
-
-def fastest_arm(per_seed: dict[str, dict]) -> str | None:
-    """The arm of an export's `per_seed` with the least mean CPU time to the target among
-    those that reach it in every seed (the reference is the yardstick, not an arm); None
-    when no arm does. `--preset speedrun` is this arm of the committed standard race
-    (tests/test_speedrun_preset.py)."""
-    done = {arm: cpu for arm, d in per_seed.items() if arm != REFERENCE
-            and (cpu := d["cpu_s_to_target"]) and all(c is not None for c in cpu)}
-    return min(done, key=lambda arm: mean(done[arm])) if done else None
 
 # --- the report ----------------------------------------------------------------------
 
@@ -373,9 +371,8 @@ def conclusions(arms: dict[str, list[RunResult]], r: Race, b: Budget) -> list[Te
             "note.seeds", seeds=len(ref), spread=f"{spread(ref_final):.4f}"),
         cpu=f"{r.ref_cpu:.2f}", arm_steps=p.arm_steps)]
     racing = [a for a in arms if a != REFERENCE]
-    done = [a for a in racing if r.reached(a)]
-    if done:
-        best = min(done, key=lambda a: mean(r.cpu(a)))
+    best = r.fastest()
+    if best is not None:
         ratio = mean(r.ratios(best))
         out.append(phrase("speedrun.fastest", arm=_words(best, p),
                           cpu=_pm(r.cpu(best), 2), ratio=f"{ratio:.2f}", goal=f"{GOAL:.2f}",
