@@ -43,6 +43,7 @@ from depthlab.model import Transformer
 from depthlab.presets import get_preset
 from depthlab.train import batches
 from depthlab.train.optim import lr_at, make_optimizer
+from depthlab.train.runtime import keep_freed_memory
 from depthlab.train.step import lm_loss
 
 VOCAB = 65  # tiny-shakespeare's characters
@@ -175,6 +176,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=6, help="blocks of rounds for the spread")
     add_shape_args(ap)
     args = ap.parse_args()
+    keep_freed_memory()  # as depthlab train sets malloc on CPU
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)
     shape = shape_of(args)

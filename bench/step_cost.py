@@ -7,10 +7,13 @@ them: batches, loss, clipping, AdamW), at the char-level Shakespeare CPU recipe'
 one step of each preset, in alternating order, and one --peak-n^3 `torch.mm` (the peak),
 each timed with time.thread_time (on-CPU time of this thread), so load from other work
 falls on all of them in the same seconds. Rounds are grouped in --blocks blocks of
---rounds; each block gives one step-time ratio (median course step / median gpt2 step)
-and one fraction of peak (the course step's FLOPs over its median time, divided by the
-median matmul rate of the same block). Printed: the median over blocks and the lowest
-and highest block. FLOPs per token are bench/train_throughput.py's (6N + attention).
+--rounds; each block gives one step-time ratio (the median over its rounds of course
+step / gpt2 step, the two timed next to each other) and one fraction of peak (the
+course step's FLOPs over its median time, divided by the median matmul rate of the same
+block). Printed: the median over blocks and the lowest and highest block, and the page
+faults a step takes (malloc is set as `depthlab train` sets it on CPU,
+depthlab.train.runtime.keep_freed_memory; --malloc-defaults leaves glibc's defaults).
+FLOPs per token are bench/train_throughput.py's (6N + attention).
 
 --without rope|rmsnorm adds a third loop, the course step with that fused path of
 depthlab.model.fused turned off (its readable layers instead): an interleaved A/B of the
@@ -29,6 +32,7 @@ import dataclasses
 import datetime
 import json
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -41,6 +45,7 @@ from train_throughput import flops_per_token
 from depthlab.model import Transformer
 from depthlab.model.attention import Attention
 from depthlab.model.norms import RMSNorm
+from depthlab.train.runtime import keep_freed_memory
 
 # Each fused path's per-module switch: the attribute that says why it falls back.
 SWITCHES = {"rope": (Attention, "rotary_fallback"), "rmsnorm": (RMSNorm, "fused_fallback")}
@@ -75,6 +80,14 @@ def matmul_rate(a: torch.Tensor, b: torch.Tensor) -> float:
     return 2 * a.shape[0] * a.shape[1] * b.shape[1] / (time.thread_time() - t0)
 
 
+RUSAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)  # this thread, on Linux
+
+
+def paired(a: list[float], b: list[float]) -> float:
+    """The median of a / b over rounds: each pair timed next to each other."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
 def spread(values: list[float], fmt: str) -> str:
     return (f"median {format(statistics.median(values), fmt)}, blocks "
             f"{format(min(values), fmt)} to {format(max(values), fmt)}")
@@ -89,8 +102,11 @@ def main() -> None:
     ap.add_argument("--without", choices=sorted(SWITCHES), help="add the course step without it")
     ap.add_argument("--set", action="append", default=[], metavar="model.FIELD=VALUE",
                     help="add the course step with this model field changed")
+    ap.add_argument("--malloc-defaults", action="store_true",
+                    help="leave glibc's malloc settings as they are (depthlab train changes them)")
     add_shape_args(ap)
     args = ap.parse_args()
+    kept = False if args.malloc_defaults else keep_freed_memory()
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)
     shape = shape_of(args)
@@ -113,6 +129,7 @@ def main() -> None:
             step()
         matmul_rate(a, b)
     times: dict[str, list[list[float]]] = {name: [] for name in loops}
+    faults: dict[str, list[int]] = {name: [] for name in loops}
     peaks: list[list[float]] = []
     loads = [os.getloadavg()[0]]
     names = list(loops)
@@ -123,9 +140,10 @@ def main() -> None:
         for r in range(args.rounds):
             order = names if (block * args.rounds + r) % 2 == 0 else names[::-1]
             for name in order:
-                t0 = time.thread_time()
+                f0, t0 = resource.getrusage(RUSAGE).ru_minflt, time.thread_time()
                 loops[name]()
                 times[name][-1].append(time.thread_time() - t0)
+                faults[name].append(resource.getrusage(RUSAGE).ru_minflt - f0)
             peaks[-1].append(matmul_rate(a, b))
         loads.append(os.getloadavg()[0])
 
@@ -134,23 +152,25 @@ def main() -> None:
     print(f"{datetime.date.today()}; shape: {args.layers} layers, d {args.d_model}, "
           f"{args.heads} heads, context {args.context}, batch {args.batch}, vocab {VOCAB}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); 1-min load average "
-          f"{min(loads):.1f}-{max(loads):.1f}, {os.cpu_count()} CPUs")
+          f"{min(loads):.1f}-{max(loads):.1f}, {os.cpu_count()} CPUs; malloc: "
+          f"{'keeps freed memory, as depthlab train sets it' if kept else 'glibc defaults'}")
     print(f"{args.blocks} blocks of {args.rounds} rounds; per block the median of each loop "
           f"and of the {args.peak_n}^3 torch.mm rate (thread CPU time)")
     print(f"fp32 matmul peak: {spread([p / 1e9 for p in peak], '.1f')} GFLOP/s")
     for name in loops:
         ms = [1000 * m for m in med[name]]
-        line = f"{name:<22} step {spread(ms, '.1f')} ms"
+        line = (f"{name:<22} step {spread(ms, '.1f')} ms; "
+                f"{statistics.median(faults[name]):.0f} page faults a step")
         if name in flops:
             frac = [flops[name] / m / p for m, p in zip(med[name], peak, strict=True)]
             line += f"; of peak {spread([100 * f for f in frac], '.1f')} %"
         print(line)
     for name in (n for n in loops if n != "gpt2"):
-        ratios = [c / g for c, g in zip(med[name], med["gpt2"], strict=True)]
+        ratios = [paired(c, g) for c, g in zip(times[name], times["gpt2"], strict=True)]
         print(f"{name} step / gpt2 step: {spread(ratios, '.3f')} (goal: at most 1.0)")
     if args.without:
         name = f"course without {args.without}"
-        ab = [c / w for c, w in zip(med["course"], med[name], strict=True)]
+        ab = [paired(c, w) for c, w in zip(times["course"], times[name], strict=True)]
         print(f"course / {name}: {spread(ab, '.3f')} (< 1: the fused path pays)")
 
 

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from depthlab.model import Transformer
 from depthlab.presets import course
 from depthlab.train.optim import make_optimizer
+from depthlab.train.runtime import keep_freed_memory
 
 
 def matmul_rate(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true", help="also time torch.compile'd models")
     ap.add_argument("--peak-n", type=int, default=2048, help="size of the peak's square mm")
     args = ap.parse_args()
+    keep_freed_memory()  # as depthlab train sets malloc on CPU
     torch.set_num_threads(args.threads)
     loads = [os.getloadavg()[0]]
     rows: dict[tuple[int, str], list[tuple[float, float, float]]] = {}

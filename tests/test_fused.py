@@ -73,11 +73,15 @@ def test_rms_norm_matches_torch_values_and_gradients(shape, scale):
 
 
 @needs_fused_rms_norm
-def test_rms_norm_backward_against_finite_differences():
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 50.0])  # eps dominant, unit RMS, large
+def test_rms_norm_backward_against_finite_differences(scale):
+    """Its backward is LayerNorm's kernel at mean 0 plus the mean term taken back out:
+    float64 gradcheck, where eps dominates the RMS too, and with the gradient of w off."""
     torch.manual_seed(0)
-    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    x = (scale * torch.randn(3, 5, 8, dtype=torch.float64)).requires_grad_()
     w = torch.randn(8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, w: fused.rms_norm(x, w, 1e-5), (x, w))
+    assert torch.autograd.gradcheck(lambda x: fused.rms_norm(x, w.detach(), 1e-5), (x,))
 
 
 @needs_fused_rms_norm

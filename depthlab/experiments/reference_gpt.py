@@ -102,13 +102,14 @@ def train_reference(cfg: Config, run_dir: Path) -> None:
     from depthlab.train import batches, resolve_config
     from depthlab.train.evaluate import evaluate
     from depthlab.train.optim import lr_at
-    from depthlab.train.runtime import Runtime
+    from depthlab.train.runtime import Runtime, keep_freed_memory
     from depthlab.train.step import lm_loss
 
     data = prepare_data(cfg.data)
     cfg = resolve_config(cfg, data)
     tc, cpu = cfg.train, torch.device("cpu")
     rt = Runtime(rank=0, world=1, local_rank=0, device=cpu, owns_group=False)
+    keep_freed_memory()  # malloc as depthlab's trainer sets it: the race compares steps
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -96,8 +96,9 @@ class _RotaryHeads(torch.autograd.Function):
         B, T, width = y.shape
         E = width // (n_q + 2 * n_kv)
         rotated = (n_q + n_kv) * E
-        turn = torch.complex(cos[:, :E // 2], sin[:, :E // 2])  # [T, E/2]; halves are equal
-        qk = torch.view_as_real(_complex_pairs(y[..., :rotated]) * turn.repeat(1, n_q + n_kv))
+        # [T, (H + K) * E/2]: every head's e^(i angle) side by side (cos's halves are equal)
+        turn = torch.complex(cos[:, :E // 2], sin[:, :E // 2]).repeat(1, n_q + n_kv)
+        qk = torch.view_as_real(_complex_pairs(y[..., :rotated]) * turn)
         qk = qk.view(B, T, n_q + n_kv, E).transpose(1, 2)
         v = y[..., rotated:].view(B, T, n_kv, E).transpose(1, 2)
         ctx.save_for_backward(turn)
@@ -111,13 +112,21 @@ class _RotaryHeads(torch.autograd.Function):
         (turn,) = ctx.saved_tensors
         n_q, n_kv = ctx.n_q, ctx.n_kv
         B, _, T, E = dq.shape
-        dy = dq.new_empty(B, T, n_q + 2 * n_kv, E)
-        back = turn.conj()[:, None]  # [T, 1, E/2]
-        torch.mul(_complex_pairs(dq.transpose(1, 2)), back, out=_complex_pairs(dy[:, :, :n_q]))
-        torch.mul(_complex_pairs(dk.transpose(1, 2)), back,
-                  out=_complex_pairs(dy[:, :, n_q:n_q + n_kv]))
-        dy[:, :, n_q + n_kv:] = dv.transpose(1, 2)
-        return dy.view(B, T, -1), None, None, None, None
+        q_end, k_end = n_q * E // 2, turn.shape[1]  # in complex pairs along a row of dy
+        back = turn.conj().resolve_conj()  # stored conjugated: no per-element conj flag
+        dy = dq.new_empty(B, T, (n_q + 2 * n_kv) * E)
+        pairs = _complex_pairs(dy[..., :(n_q + n_kv) * E])  # [B, T, (H + K) * E/2]
+        # the incoming gradients as [B, T, heads * E/2]: whole rows per token, as turn's
+        torch.mul(_token_rows(dq), back[:, :q_end], out=pairs[..., :q_end])
+        torch.mul(_token_rows(dk), back[:, q_end:], out=pairs[..., q_end:k_end])
+        dy[..., (n_q + n_kv) * E:] = dv.transpose(1, 2).reshape(B, T, -1)
+        return dy, None, None, None, None
+
+
+def _token_rows(d: torch.Tensor) -> torch.Tensor:
+    """A gradient [B, heads, T, E] -> [B, T, heads * E/2] complex pairs: a view where its
+    memory is token-major, as SDPA's backward writes it, else of a copy."""
+    return _complex_pairs(d.transpose(1, 2).reshape(d.shape[0], d.shape[2], -1))
 
 
 def rotary_heads(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
@@ -167,11 +176,12 @@ _FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
 class _RMSNorm(torch.autograd.Function):
     """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
 
-    On CPU F.rms_norm's forward is a composite of small ops (pow, mean, add, rsqrt, two
-    products) and autograd differentiates each. The forward here is the same ATen call,
-    keeping its r; with p = g * x, the gradients are dw = sum over rows of r * p and
-    dx = r * g * w - x * r^3 * (p @ w) / D: one elementwise product, two matrix-vector
-    products and three passes for dx."""
+    On CPU autograd differentiates F.rms_norm's composite (pow, mean, add, rsqrt, two
+    products) op by op. The forward here is the same ATen call, keeping its r. The
+    backward is ATen's LayerNorm backward, one fused kernel, given mean 0 and rstd r:
+    with g' = g * w it returns dw = sum over rows of g * x * r, RMSNorm's, and
+    dx = r * g' - x * r^3 * sum(g' * x) / D - r * sum(g') / D: RMSNorm's dx but for the
+    last term, LayerNorm's mean term, which adding r * (g @ w) / D per row takes back."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
@@ -185,12 +195,11 @@ class _RMSNorm(torch.autograd.Function):
     def backward(ctx: FunctionCtx, g: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, r = ctx.saved_tensors
         D = x.shape[-1]
-        x2, g2, r1 = x.reshape(-1, D), g.reshape(-1, D), r.reshape(-1)
-        p = g2 * x2
-        dw = r1 @ p if ctx.needs_input_grad[1] else None
-        c = (p @ weight).mul_(r1.pow(3)).mul_(-1.0 / D)  # -r^3 (p @ w) / D, per row
-        dx = torch.mul(g2, weight).mul_(r1[:, None]).addcmul_(x2, c[:, None])
-        return dx.view(x.shape), dw, None
+        dx, dw, _ = torch.ops.aten.native_layer_norm_backward(
+            g, x, [D], torch.zeros_like(r), r, weight, None,
+            [True, ctx.needs_input_grad[1], False])
+        mean_term = (g @ weight).unsqueeze_(-1).mul_(r).mul_(1.0 / D)  # r * sum(g') / D
+        return dx.add_(mean_term), dw, None
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Where a run executes: device, threads, torchrun ranks, compilation and stop signals.
+"""Where a run executes: device, threads, memory, torchrun ranks, compilation and stop
+signals.
 
 Thread default (train.threads=0): depthlab.threads' rule, shared by every command that
 runs a model: one thread per process up to d_model 256 and always under torchrun; the
@@ -13,7 +14,9 @@ half-precision inputs) come from the loop, the optimizer and the model.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import platform
 import signal
 import sys
 from collections.abc import Callable
@@ -109,8 +112,38 @@ def compile_or_eager(net: torch.nn.Module) -> Callable[..., torch.Tensor]:
     return forward
 
 
+# glibc's mallopt parameters (malloc.h) and the values keep_freed_memory sets
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_UP_TO = 32 << 20  # blocks up to 32 MB (glibc's largest mmap threshold) from the heap
+NEVER_TRIM = 1 << 30  # free space at the heap's top kept up to 1 GB
+
+
+def keep_freed_memory() -> bool:
+    """On glibc, keep what a CPU training step frees for the next step to reuse.
+
+    A step frees and allocates the same tensors every step. Under glibc's defaults some
+    go back to the system when freed (the heap's top is trimmed; blocks above a threshold
+    that moves with what was freed get fresh mmaps) and come back as page faults, each a
+    kernel entry and a zeroed page: the course preset at its CPU recipe's shape took
+    1,000-1,700 faults a step, about 3% of its time; the gpt2 preset none
+    (bench/step_cost.py counts them). Blocks up to 32 MB from the heap, and a heap never
+    trimmed, leave none. The price: the process keeps its peak memory until it exits,
+    which a training run reaches again every step. Returns whether malloc took both (off
+    glibc, macOS, Windows or musl, nothing is changed: False)."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, HEAP_UP_TO)
+                and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
+
+
 def start(cfg: Config) -> Runtime:
-    """Join torchrun's process group when launched by it; choose device and threads."""
+    """Join torchrun's process group when launched by it; choose device and threads; on
+    CPU, keep freed memory in the process (`keep_freed_memory`: for the whole process,
+    which keeps its peak memory until it exits)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -118,6 +151,8 @@ def start(cfg: Config) -> Runtime:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 matmuls on tensor cores
         torch.backends.cudnn.allow_tf32 = True
+    if device.type == "cpu":
+        keep_freed_memory()
     use_threads(cfg.train.threads, cfg.model.d_model, world, name="train.threads (--threads)",
                 training=True)
     owns = False
