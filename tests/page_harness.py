@@ -47,6 +47,19 @@ def serve(runs_dir: Path):
     return url + "/", lambda: server.__exit__(None, None, None)
 
 
+def open_section(browser, url: str, section: str, width: int = 1400):
+    """A new en-US page at `url`, `width` px wide, once the page is ready and the section
+    `section` has drawn (its `#SECTION-body` says data-ready); returns (page, Watch)."""
+    page = browser.new_page(viewport={"width": width, "height": 900}, locale="en-US")
+    watch = Watch(page)
+    page.goto(url)
+    page.wait_for_function("() => window.DL && DL.ready", timeout=30000)
+    page.wait_for_function(
+        f"() => document.getElementById('{section}-body').dataset.ready === 'true'",
+        timeout=60000)
+    return page, watch
+
+
 class Watch:
     """Console errors and every request the page makes."""
 

@@ -15,7 +15,7 @@ import random
 from pathlib import Path
 
 import pytest
-from page_harness import BROWSER_MARKS, VISIBLE_TEXT, Watch, stray_latin
+from page_harness import BROWSER_MARKS, VISIBLE_TEXT, open_section, stray_latin
 
 pytestmark = BROWSER_MARKS
 
@@ -95,16 +95,6 @@ def _write_frontier(runs) -> dict:
     return data
 
 
-def _open(browser, url: str):
-    page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
-    watch = Watch(page)
-    page.goto(url)
-    page.wait_for_function("() => window.DL && DL.ready", timeout=30000)
-    page.wait_for_function("() => document.getElementById('beyond-body').dataset.ready === 'true'",
-                           timeout=60000)
-    return page, watch
-
-
 def _check_drawn(page, data: dict, rel: float = 1e-12) -> None:
     """Every experiment chart holds the fixture's numbers, and its reading says them
     (a static copy rounds them to 4 significant digits: rel=1e-3)."""
@@ -147,7 +137,7 @@ def test_composite_gain_route_equals_python(live, browser):
     from depthlab.probes.mixing import gains_over_depth, random_mixing
     from depthlab.probes.simulator_mixing import composite_curves
 
-    page, watch = _open(browser, live + "#lang=en")
+    page, watch = open_section(browser, live + "#lang=en", "beyond")
     drawn = page.evaluate("() => DL.charts.all()['c-composite']")
     want = composite_curves().to_json()
     assert drawn["xs"] == want["depth"] == list(range(1, 61))
@@ -168,7 +158,7 @@ def test_composite_gain_route_equals_python(live, browser):
 def test_section_without_frontier_says_how_to_run(live, browser, runs):
     assert not (runs / "residual-frontier" / "frontier.json").exists()
     for lang in ("en", "zh"):
-        page, watch = _open(browser, live + f"#lang={lang}")
+        page, watch = open_section(browser, live + f"#lang={lang}", "beyond")
         assert "depthlab experiment residual-frontier --budget quick" in page.inner_text("#bx-exp pre")
         assert page.locator("#bx-exp canvas").count() == 0
         assert page.locator("#bx-sim a.bx-try").count() == 5
@@ -177,7 +167,7 @@ def test_section_without_frontier_says_how_to_run(live, browser, runs):
 
 
 def test_try_links_set_the_simulator(live, browser):
-    page, watch = _open(browser, live + "#lang=en")
+    page, watch = open_section(browser, live + "#lang=en", "beyond")
     page.click("#bx-sim a.bx-try[data-residual=mhc]")
     page.wait_for_function("() => DL.state.get().residual === 'mhc' && DL.state.get().n === 64")
     page.wait_for_function("() => document.getElementById('ro-improved').dataset.n === '64'", timeout=30000)
@@ -195,7 +185,7 @@ def test_section_with_synthetic_frontier_live(lang, live, browser, runs):
     from axe_playwright_python.sync_playwright import Axe
 
     data = _write_frontier(runs)
-    page, watch = _open(browser, live + f"#lang={lang}")
+    page, watch = open_section(browser, live + f"#lang={lang}", "beyond")
     _check_drawn(page, data)
     if lang == "zh":
         # this section's text (the other sections are checked by test_page_lang_a11y.py)
@@ -217,7 +207,7 @@ def test_section_in_the_static_export(browser, runs, tmp_path_factory):
     data = _write_frontier(runs)
     url = export_page(tmp_path_factory.mktemp("export-beyond"), runs_dir=runs, grid="small").as_uri()
     for lang in ("en", "zh"):
-        page, watch = _open(browser, url + f"#lang={lang}")
+        page, watch = open_section(browser, url + f"#lang={lang}", "beyond")
         _check_drawn(page, data, rel=1e-3)
         assert page.evaluate("() => DL.charts.all()['c-composite'].xs.length") == 60
         assert watch.errors == [] and page.evaluate("() => DL.errors") == []
@@ -265,7 +255,7 @@ def test_section_draws_a_real_micro_frontier(micro_frontier, browser):
     runs_dir, data = micro_frontier
     url, stop = serve(runs_dir)
     try:
-        page, watch = _open(browser, url + "#lang=en")
+        page, watch = open_section(browser, url + "#lang=en", "beyond")
         charts = page.evaluate("() => DL.charts.all()")
         for depth in {a["depth"] for a in data["arms"].values()}:
             for kind in ("loss", "rms", "grad0", "grad1"):

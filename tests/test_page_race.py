@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from page_harness import BROWSER_MARKS, VISIBLE_TEXT, Watch, stray_latin
+from page_harness import BROWSER_MARKS, VISIBLE_TEXT, open_section, stray_latin
 
 pytestmark = BROWSER_MARKS
 
@@ -34,16 +34,6 @@ def _write_export(runs: Path) -> dict:
     (runs / "speedrun").mkdir(exist_ok=True)
     shutil.copy(QUICK, runs / "speedrun" / "export.json")
     return section(json.loads(QUICK.read_text(encoding="utf-8")))
-
-
-def _open(browser, url: str, width: int = 1400):
-    page = browser.new_page(viewport={"width": width, "height": 900}, locale="en-US")
-    watch = Watch(page)
-    page.goto(url)
-    page.wait_for_function("() => window.DL && DL.ready", timeout=30000)
-    page.wait_for_function("() => document.getElementById('race-body').dataset.ready === 'true'",
-                           timeout=60000)
-    return page, watch
 
 
 def _same(drawn: list, want: list, rel: float) -> bool:
@@ -106,7 +96,7 @@ def _no_english(page) -> None:
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_without_the_export_the_section_says_how_to_run(lang, live, browser, runs):
     assert not (runs / "speedrun" / "export.json").exists()
-    page, watch = _open(browser, live + f"#lang={lang}")
+    page, watch = open_section(browser, live + f"#lang={lang}", "race")
     assert page.inner_text("#sr-notrun") == page.evaluate("() => DL.t('sr.none')")
     assert f"depthlab experiment speedrun --budget quick --out {runs}" in page.inner_text("#race-body pre")
     assert page.locator("#race canvas").count() == 0
@@ -121,7 +111,7 @@ def test_the_race_drawn_live(lang, width, live, browser, runs):
     from axe_playwright_python.sync_playwright import Axe
 
     want = _write_export(runs)
-    page, watch = _open(browser, live + f"#lang={lang}", width)
+    page, watch = open_section(browser, live + f"#lang={lang}", "race", width)
     _check_drawn(page, want, lang)
     if lang == "zh":
         _no_english(page)
@@ -141,12 +131,12 @@ def test_the_race_in_the_static_export(browser, runs, tmp_path_factory, exported
     want = _write_export(runs)
     url = export_page(tmp_path_factory.mktemp("export-race"), runs_dir=runs, grid="small").as_uri()
     for lang in ("en", "zh"):
-        page, watch = _open(browser, url + f"#lang={lang}")
+        page, watch = open_section(browser, url + f"#lang={lang}", "race")
         _check_drawn(page, want, lang, rel=1e-3)
         assert watch.errors == [] and page.evaluate("() => DL.errors") == []
         page.close()
     # a copy exported without the race says so, and how to make one
-    page, watch = _open(browser, exported_small + "#lang=zh")
+    page, watch = open_section(browser, exported_small + "#lang=zh", "race")
     assert page.inner_text("#sr-notrun") == page.evaluate("() => DL.t('sr.static')")
     assert "depthlab experiment speedrun --budget quick" in page.inner_text("#race-body pre")
     _no_english(page)
@@ -165,7 +155,7 @@ def test_three_seeds_draw_each_seed_and_their_range(live, browser, runs):
     (runs / "speedrun").mkdir(exist_ok=True)
     (runs / "speedrun" / "export.json").write_text(json.dumps(data), encoding="utf-8")
     want = section(data)
-    page, watch = _open(browser, live + "#lang=en")
+    page, watch = open_section(browser, live + "#lang=en", "race")
     board = page.evaluate("() => DL.charts.all()['c-sr-board']")
     rows = want["board"]
     assert len(board["ys"]) == 3 + 3 + 2  # mean, course preset, reference; 3 seeds; goal, 1x
