@@ -106,6 +106,8 @@ def main() -> None:
                     help="leave glibc's malloc settings as they are (depthlab train changes them)")
     add_shape_args(ap)
     args = ap.parse_args()
+    if min(args.blocks, args.rounds) < 1 or args.warmup < 0:
+        ap.error("--blocks and --rounds must be at least 1, --warmup at least 0")
     kept = False if args.malloc_defaults else keep_freed_memory()
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)

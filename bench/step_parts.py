@@ -141,6 +141,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     add_shape_args(ap)
     args = ap.parse_args()
+    if args.rounds < 2 or args.warmup < 0:
+        ap.error("--rounds must be at least 2 (the quartiles need two) and --warmup at least 0")
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     data = np.random.default_rng(0).integers(0, VOCAB, 200_000).astype(np.int64)
