@@ -122,6 +122,29 @@ def test_x0_mix_is_refused_where_it_does_not_apply(client, residual):
         assert "residual none, plain, scaled, rezero, deepnorm" in error
 
 
+def test_the_schema_says_which_switches_go_together(client):
+    """Every residual x norm x x0_mix: /api/simulate's and /api/sweep's schemas accept the
+    request exactly when the simulator takes it (200), and the others get the documented
+    400, so a client that follows the schema is never refused."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+
+    spec = client.get("/openapi.json").json()
+    for path, model in (("/api/simulate", "SimulateRequest"), ("/api/sweep", "SweepRequest")):
+        assert "400" in spec["paths"][path]["post"]["responses"]
+        valid = jsonschema_rs.validator_for(
+            {"$ref": f"#/components/schemas/{model}", "components": spec["components"]}).is_valid
+        outcomes = set()
+        for residual in RESIDUAL_CHOICES:
+            for norm in NORMS:
+                for x0_mix in (False, True):
+                    body = {"n": 2, "residual": residual, "norm": norm, "x0_mix": x0_mix}
+                    status = client.post(path, json=body).status_code
+                    assert status == (200 if valid(body) else 400), (path, body, status)
+                    outcomes.add(status)
+        assert outcomes == {200, 400}  # both sides of the rule were met
+
+
 def test_simulate_is_the_cli_json(client, capsys):
     """One shape for a simulator result: the API answer is what `--json` prints."""
     import json

@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from depthlab.numtext import NumberTextError, parse_numbers
 from depthlab.probes.simulator_bounds import (
+    NORM_FREE_RESIDUALS,
     NORMS,
     PAGE_GAINS,
     PAGE_MAX_DEPTH,
@@ -53,7 +54,19 @@ Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, wei
 
 
 class Switches(_Request):
-    """The improved (green) row in the model's vocabulary; none, none is the naive (red) row."""
+    """The improved (green) row in the model's vocabulary; none, none is the naive (red) row.
+
+    Two switches depend on the residual; the schema says so (each an anyOf: the switch
+    off, or a residual it applies to; an absent field takes its default), so a request
+    the schema accepts is one the simulator takes, and one it refuses gets the 400
+    documented beside it (depthlab.probes.simulator checks the same two rules)."""
+
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        {"anyOf": [{"properties": {"x0_mix": {"const": False}}},
+                   {"properties": {"residual": {"enum": list(X0_MIX_RESIDUALS)}}}]},
+        {"anyOf": [{"properties": {"norm": {"const": "none"}}},
+                   {"properties": {"residual": {"not": {"enum": list(NORM_FREE_RESIDUALS)}}}}]},
+    ]})
 
     residual: Literal[RESIDUAL_CHOICES] = Field(  # type: ignore[valid-type]
         "plain", description="the model's residual, a key of its registry (depthlab.model.residual, "
