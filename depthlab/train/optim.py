@@ -60,11 +60,93 @@ def adamw_kernel(params: list[torch.Tensor]) -> dict[str, bool]:
     return {"foreach": True}
 
 
+def orthogonalise_dtype(device: torch.device) -> torch.dtype:
+    """The dtype of Muon's Newton-Schulz iterations on this device: bfloat16 on
+    accelerators, as torch.optim.Muon runs them, float32 on CPU (see `Muon`)."""
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+def newton_schulz(update: torch.Tensor, coefficients: tuple[float, float, float], steps: int,
+                  eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """An approximately orthogonal matrix with update's singular vectors (singular values
+    pushed towards 1 by `steps` quintic iterations, Jordan 2024): torch.optim.Muon's
+    iteration, op for op, run in `dtype`. Wide orientation first, so the Gram matrix is
+    the smaller square."""
+    a, b, c = coefficients
+    tall = update.size(0) > update.size(1)
+    x = update.to(dtype)
+    if tall:
+        x = x.T
+    x = x / x.norm().clamp(min=eps)  # spectral norm <= Frobenius norm <= 1 (not in place:
+    # in float32 `x` may be the momentum buffer itself)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+def adjusted_lr(lr: float, rule: str | None, shape: torch.Size) -> float:
+    """Muon's per-matrix lr: torch.optim.Muon's `adjust_lr_fn` rules."""
+    rows, cols = shape[:2]
+    if rule in (None, "original"):
+        return lr * math.sqrt(max(1.0, rows / cols))
+    if rule == "match_rms_adamw":
+        return lr * 0.2 * math.sqrt(max(rows, cols))
+    return lr
+
+
+class Muon(torch.optim.Muon):
+    """torch.optim.Muon, with the Newton-Schulz iterations in float32 on CPU.
+
+    torch runs them in bfloat16, the right choice on GPUs, whose tensor cores multiply
+    bfloat16 several times faster than float32. A CPU without bfloat16 instructions
+    (AVX2: most laptops and many servers) emulates it, and the iterations ran 20-40x
+    slower than in float32 (bench/muon_step.py), so a Muon step of the course model cost
+    several forward and backward passes. float32 is also the more exact of the two.
+    Elsewhere the step is torch's: its state (one momentum buffer per matrix), its
+    hyperparameters and its update, op for op (tests/test_optim.py holds the two equal
+    in bfloat16)."""
+
+    def __init__(self, params, *args, orthogonalise_in: torch.dtype | None = None,
+                 **kwargs) -> None:
+        super().__init__(params, *args, **kwargs)
+        self.orthogonalise_in = orthogonalise_in  # None: orthogonalise_dtype(device)
+
+    def orthogonalises_in(self, p: torch.Tensor) -> torch.dtype:
+        return self.orthogonalise_in or orthogonalise_dtype(p.device)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001, ANN201 (torch.optim.Optimizer's signature)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse or torch.is_complex(p):
+                    raise RuntimeError("Muon steps dense real matrices only")
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(
+                        p.grad, memory_format=torch.preserve_format)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - momentum)
+                update = p.grad.lerp(buf, momentum) if group["nesterov"] else buf
+                update = newton_schulz(update, group["ns_coefficients"], group["ns_steps"],
+                                       group["eps"], self.orthogonalises_in(p))
+                p.mul_(1 - lr * decay)
+                p.add_(update, alpha=-adjusted_lr(lr, group["adjust_lr_fn"], p.shape))
+        return loss
+
+
 class OptimizerPair:
     """Muon on the hidden matrices and AdamW on the rest, stepped, zeroed, saved and
     loaded as one optimizer (the part of torch.optim.Optimizer the trainer uses)."""
 
-    def __init__(self, muon: torch.optim.Muon, adamw: torch.optim.AdamW) -> None:
+    def __init__(self, muon: Muon, adamw: torch.optim.AdamW) -> None:
         self.muon, self.adamw = muon, adamw
 
     @property
@@ -98,15 +180,15 @@ Optimizer = torch.optim.Optimizer | OptimizerPair
 def make_optimizer(model: nn.Module, tc: TrainConfig) -> Optimizer:
     """AdamW on everything, or (train.optimizer=muon) Muon on `muon_names` and AdamW on
     the rest. Muon takes no weight decay here (nanochat's and Keller Jordan's setting);
-    its update is scaled by sqrt(max(1, rows / cols)) (torch's "original" rule)."""
+    its update is scaled by sqrt(max(1, rows / cols)) (torch's "original" rule), and its
+    Newton-Schulz iterations run in float32 on CPU (`Muon`)."""
     skip: frozenset[int] = frozenset()
     muon = None
     if tc.optimizer == "muon":
         params = dict(model.named_parameters())
         matrices = [params[n] for n in muon_names(model)]
         skip = frozenset(id(p) for p in matrices)
-        muon = torch.optim.Muon(matrices, lr=tc.muon_lr, momentum=tc.muon_momentum,
-                                weight_decay=0.0)
+        muon = Muon(matrices, lr=tc.muon_lr, momentum=tc.muon_momentum, weight_decay=0.0)
     groups = param_groups(model, tc, skip)
     kernel = adamw_kernel([p for g in groups for p in g["params"]])
     adamw = torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), **kernel)
@@ -149,8 +231,10 @@ def describe_groups(model: nn.Module, optimizer: Optimizer) -> str:
         params = [p for g in opt.param_groups for p in g["params"]]
         shapes = sorted({re.sub(r"\.\d+\.", ".*.", names[id(p)]) for p in params})
         label = "Muon" if kind == "muon" else "AdamW"
+        how = (f"; Newton-Schulz in {str(opt.orthogonalises_in(params[0])).removeprefix('torch.')}"
+               if isinstance(opt, Muon) and params else "")
         lines.append(f"{label}: {len(params)} tensors, {sum(p.numel() for p in params):,} "
-                     f"weights ({', '.join(shapes)})")
+                     f"weights ({', '.join(shapes)}){how}")
     return "\n".join(lines)
 
 
