@@ -123,3 +123,27 @@ def test_kept_freed_memory_leaves_a_cpu_step_without_page_faults():
 def test_keep_freed_memory_changes_nothing_off_glibc(monkeypatch):
     monkeypatch.setattr(runtime.platform, "libc_ver", lambda: ("", ""))
     assert runtime.keep_freed_memory() is False
+
+
+@pytest.mark.parametrize("caps, device, dtype, warned", [
+    ({"avx2": True}, "cpu", "bfloat16", True),  # emulated: one line
+    ({"avx512_bf16": True}, "cpu", "bfloat16", False),
+    ({"amx_bf16": True}, "cpu", "bfloat16", False),
+    ({"avx2": True}, "cpu", "float32", False),
+    ({}, "cuda", "bfloat16", False),  # a GPU has its own bfloat16 units
+])
+def test_bfloat16_on_a_cpu_without_its_instructions_gets_one_line(monkeypatch, caps, device,
+                                                                    dtype, warned):
+    monkeypatch.setattr(runtime.torch.cpu, "get_capabilities", lambda: caps, raising=False)
+    cfg = helpers.config(dtype=dtype)
+    line = runtime.bfloat16_advice(cfg, torch.device(device))
+    assert (line is not None) == warned
+    if warned:
+        assert "\n" not in line and "train.dtype=bfloat16" in line and "float32" in line
+
+
+def test_a_bfloat16_run_prints_the_line_when_it_starts(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(runtime.torch.cpu, "get_capabilities", lambda: {}, raising=False)
+    cfg = helpers.config(dtype="bfloat16", steps=2)
+    assert train(cfg, tmp_path / "run", progress=True).status == "completed"
+    assert "depthlab: note: train.dtype=bfloat16 on a CPU without" in capsys.readouterr().err

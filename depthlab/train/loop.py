@@ -105,9 +105,9 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     run = setup.start(cfg, run_dir, rt, data, model, optimizer, ckpt, fwd_hooks)
     if progress and rt.is_main:  # which parameters each optimizer steps
         print(describe_groups(model, optimizer), file=sys.stderr)
-    advice = ngpt_advice(cfg)
-    if advice and rt.is_main:
-        print(advice, file=sys.stderr)
+    for advice in (ngpt_advice(cfg), runtime.bfloat16_advice(cfg, rt.device)):
+        if advice and rt.is_main:
+            print(advice, file=sys.stderr)
     st = LoopState(step=run.start_step, saved_step=run.start_step if ckpt else None,
                    rate_from=run.start_step)
     loop_start = time.time()
