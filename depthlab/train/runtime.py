@@ -120,8 +120,10 @@ NEVER_TRIM = 1 << 30  # free space at the heap's top kept up to 1 GB
 
 def cpu_has_bfloat16() -> bool:
     """Whether torch reports bfloat16 instructions on this CPU (AVX512-BF16 or AMX)."""
-    get = getattr(torch.cpu, "get_capabilities", None)
-    caps = get() if get is not None else {}
+    try:  # torch >= 2.6 on x86; elsewhere the keys may be missing
+        caps = torch.cpu.get_capabilities()
+    except (AttributeError, RuntimeError):
+        return False
     return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
 
 
