@@ -7,7 +7,7 @@ characters a step, vocab 65), one thread. Every round runs one forward and backw
 and then each optimizer's step on a copy of the same gradients, in alternating order,
 each timed with time.thread_time. The printed ratios are medians over rounds of ratios
 taken within a round. Which dtype is faster depends on the CPU: one with bfloat16
-instructions (avx512_bf16, amx_bf16, printed from torch.cpu.get_capabilities()) may
+instructions (avx512_bf16, amx_bf16, as torch.cpu.get_capabilities() reports them) may
 multiply bfloat16 as fast as float32 or faster; one without (AVX2) emulates it.
 
     python bench/muon_step.py [--rounds 20] [--threads 1]
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import platform
 import statistics
 import time
 from dataclasses import replace
@@ -26,8 +27,8 @@ import torch
 
 from depthlab.model import Transformer
 from depthlab.presets import get_preset
-from depthlab.train.optim import make_optimizer, muon_names
-from depthlab.train.runtime import keep_freed_memory
+from depthlab.train.optim import make_optimizer
+from depthlab.train.runtime import cpu_bfloat16_instructions, keep_freed_memory
 
 VOCAB = 65
 
@@ -59,11 +60,10 @@ def main() -> None:
     model = Transformer(cfg.model)
     model.train()
     ours = make_optimizer(model, cfg.train).muon  # float32 on CPU
-    reference = copy.deepcopy(model)  # torch's bfloat16 steps its own copy
-    names = muon_names(model)  # the order make_optimizer gives Muon its matrices
-    theirs = torch.optim.Muon([dict(reference.named_parameters())[n] for n in names],
-                              lr=cfg.train.muon_lr, momentum=cfg.train.muon_momentum,
-                              weight_decay=0.0)
+    # torch's bfloat16 steps its own copy: the same optimizer with the iterations in
+    # bfloat16 is torch.optim.Muon bit for bit (tests/test_optim.py)
+    theirs = make_optimizer(copy.deepcopy(model), cfg.train).muon
+    theirs.orthogonalise_in = torch.bfloat16
     gen = torch.Generator().manual_seed(0)
     times: dict[str, list[float]] = {"forward+backward": [], "float32": [], "bfloat16": []}
     load = os.getloadavg()[0]
@@ -81,13 +81,13 @@ def main() -> None:
         if i >= args.warmup:
             for name, v in t.items():
                 times[name].append(v)
-    caps = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
-    bf16 = [k for k in ("avx512_bf16", "amx_bf16") if caps.get(k)]
-    print(f"{caps.get('cpu_name', 'CPU')}, capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"bfloat16 instructions: {', '.join(bf16) or 'none'}; torch {torch.__version__}, "
+    name = getattr(torch.cpu, "get_capabilities", dict)().get("cpu_name", platform.machine())
+    print(f"{name}, capability "
+          f"{torch.backends.cpu.get_cpu_capability()}, bfloat16 instructions: "
+          f"{', '.join(cpu_bfloat16_instructions()) or 'none'}; torch {torch.__version__}, "
           f"{args.threads} thread(s), load average {load:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after; {args.rounds} rounds")
-    n = len(names)
+    n = sum(len(g["params"]) for g in ours.param_groups)
     for name, v in times.items():
         print(f"{name:17s} median {statistics.median(v) * 1e3:8.1f} ms"
               + ("" if name == "forward+backward" else f" ({n} matrices)"))

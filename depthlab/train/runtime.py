@@ -118,20 +118,24 @@ HEAP_UP_TO = 32 << 20  # blocks up to 32 MB (glibc's largest mmap threshold) fro
 NEVER_TRIM = 1 << 30  # free space at the heap's top kept up to 1 GB
 
 
-def cpu_has_bfloat16() -> bool:
-    """Whether torch reports bfloat16 instructions on this CPU (AVX512-BF16 or AMX)."""
+BFLOAT16_INSTRUCTIONS = ("avx512_bf16", "amx_bf16")  # torch.cpu.get_capabilities() keys
+
+
+def cpu_bfloat16_instructions() -> list[str]:
+    """The bfloat16 instructions torch reports on this CPU (AVX512-BF16, AMX): empty
+    where it reports none or cannot tell."""
     try:  # torch >= 2.6 on x86; elsewhere the keys may be missing
         caps = torch.cpu.get_capabilities()
     except (AttributeError, RuntimeError):
-        return False
-    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+        return []
+    return [name for name in BFLOAT16_INSTRUCTIONS if caps.get(name)]
 
 
 def bfloat16_advice(cfg: Config, device: torch.device) -> str | None:
     """One line when a run asks for bfloat16 on a CPU that has no bfloat16 instructions:
     autocast then emulates its matmuls, several times slower than float32. None
     otherwise."""
-    if cfg.train.dtype != "bfloat16" or device.type != "cpu" or cpu_has_bfloat16():
+    if cfg.train.dtype != "bfloat16" or device.type != "cpu" or cpu_bfloat16_instructions():
         return None
     return ("depthlab: note: train.dtype=bfloat16 on a CPU without bfloat16 instructions "
             "(torch reports neither avx512_bf16 nor amx_bf16) is emulated and runs several "
