@@ -100,9 +100,9 @@ class Muon(torch.optim.Muon):
 
     torch runs them in bfloat16, the right choice on GPUs, whose tensor cores multiply
     bfloat16 several times faster than float32. A CPU without bfloat16 instructions
-    (AVX2: most laptops and many servers) emulates it, and the iterations ran 20-40x
-    slower than in float32 (bench/muon_step.py), so a Muon step of the course model cost
-    several forward and backward passes. float32 is also the more exact of the two.
+    (AVX2: most laptops and many servers) emulates it: on an AVX2 EPYC a Muon step of
+    the course model ran 15-18x slower than with float32 iterations (bench/muon_step.py)
+    and cost several forward and backward passes. float32 is also the more exact of the two.
     Elsewhere the step is torch's: its state (one momentum buffer per matrix), its
     hyperparameters and its update, op for op (tests/test_optim.py holds the two equal
     in bfloat16)."""
