@@ -66,9 +66,14 @@ class Watch:
     def __init__(self, page):
         self.errors: list[str] = []
         self.urls: list[str] = []
+        self.methods: list[str] = []  # each request's method, beside its url
         page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("request", lambda r: self.urls.append(r.url))
+        page.on("request", self._request)
+
+    def _request(self, r) -> None:
+        self.urls.append(r.url)
+        self.methods.append(r.method)
 
 
 # A POST of JSON from inside the page, as api.js sends it: with the server's write token

@@ -9,7 +9,7 @@
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
-  DL.stats = { requests: 0, inFlight: 0, maxInFlight: 0 };
+  DL.stats = { requests: 0 };
 
   // A request's key in a static copy (depthlab/web/sections.py request_key): the JSON of its
   // fields sorted by name, no spaces, numbers as String(number) writes them.
@@ -39,15 +39,18 @@
     };
   }
 
-  // Writes carry this server's token, which only a page of its own origin can read from
-  // /api/meta; it is forgotten on a 403 (the server was restarted) and read again.
-  let token = null;
-  function writeHeaders() {
-    token = token || fetch("api/meta").then((r) => r.json())
-      .then((m) => ({ [m.token_header]: m.write_token }))
-      .catch((e) => { token = null; throw e; });
-    return token;
+  // /api/meta is fixed for the life of a server: it is read once per page load and every
+  // module shares the answer. It carries the server's write token, which only a page of its
+  // own origin can read; on a 403 (the server was restarted) it is forgotten and read again.
+  let meta = null;
+  function readMeta() {
+    meta = meta || fetch("api/meta").then((r) => {
+      if (!r.ok) throw new Error("api/meta: HTTP " + r.status);
+      return r.json();
+    }).catch((e) => { meta = null; throw e; });
+    return meta;
   }
+  const writeHeaders = () => readMeta().then((m) => ({ [m.token_header]: m.write_token }));
 
   // The one place the page talks to the server: every request goes through here. It names
   // the page's language, so a refusal's `error` comes back in it (depthlab/web/messages.py).
@@ -61,7 +64,7 @@
     const r = await fetch(path, opts);
     const data = await r.json().catch(() => ({ error: path + ": HTTP " + r.status + ", not JSON" }));
     if (!r.ok) {
-      if (r.status === 403) token = null;
+      if (r.status === 403) meta = null;
       throw Object.assign(new Error(data.error || "HTTP " + r.status), { status: r.status });
     }
     return data;
@@ -74,22 +77,16 @@
       const hit = cache.get(key);
       if (hit !== undefined) return hit;
       DL.stats.requests++;
-      DL.stats.inFlight++;
-      DL.stats.maxInFlight = Math.max(DL.stats.maxInFlight, DL.stats.inFlight);
-      try {
-        const data = await request(method, path, body);
-        if (method === "POST" && !path.includes("/experiments/")) cache.set(key, data);
-        return data;
-      } finally {
-        DL.stats.inFlight--;
-      }
+      const data = await request(method, path, body);
+      if (method === "POST" && !path.includes("/experiments/")) cache.set(key, data);
+      return data;
     }
     const get = (p) => call("GET", p);
     const post = (p, b) => call("POST", p, b);
     const fresh = (p) => request("GET", p);
     let specs = null; // /api/meta's sections by name
     const sections = () => {
-      specs = specs || get("api/meta").then((m) => Object.fromEntries(m.sections.map((s) => [s.name, s])))
+      specs = specs || readMeta().then((m) => Object.fromEntries(m.sections.map((s) => [s.name, s])))
         .catch((e) => { specs = null; throw e; });
       return specs;
     };
@@ -105,7 +102,7 @@
     }
     return {
       kind: "live",
-      meta: () => get("api/meta"),
+      meta: readMeta,
       locale: (lang) => get("api/locale/" + encodeURIComponent(lang)),
       snap: (name, req) => req,
       async section(name, req) {
