@@ -36,6 +36,18 @@ def test_bad_seeds_are_one_line_errors_naming_the_field(text, says):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("count", ["0", "11", "42"])
+def test_a_count_out_of_range_says_how_to_name_that_seed(count):
+    # "--seeds 0" reads as a count; the error spells the one-seed form, and that form parses
+    with pytest.raises(UserError) as e:
+        parse_seeds(count)
+    assert f"(seed {count} alone is {count},)" in str(e.value)
+    assert parse_seeds(f"{count},") == (int(count),)
+    with pytest.raises(UserError) as e:  # not a seed at all: no such hint
+        parse_seeds("99999999999")
+    assert "alone is" not in str(e.value)
+
+
 def test_the_command_line_refuses_bad_seeds_with_exit_2():
     done = subprocess.run([sys.executable, "-m", "depthlab", "experiment", "residual",
                            "--seeds", "1,x"], capture_output=True, text=True, cwd=ROOT)

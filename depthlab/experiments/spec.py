@@ -206,7 +206,8 @@ def parse_seeds(text: str) -> Seeds:
     words = text.replace(" ", "")
     if words.isdigit():
         if not 1 <= int(words) <= MAX_SEEDS:
-            raise UserError(f"--seeds {text!r}: a count must be 1-{MAX_SEEDS}; {allowed}")
+            one = f" (seed {int(words)} alone is {int(words)},)" if int(words) <= MAX_SEED else ""
+            raise UserError(f"--seeds {text!r}: a count must be 1-{MAX_SEEDS}{one}; {allowed}")
         return int(words)
     seeds: list[int] = []
     for part in words.split(","):
