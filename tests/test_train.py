@@ -71,6 +71,22 @@ def test_overfits_one_batch(tmp_path):
     assert summary.train_loss < 0.05
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_evaluating_and_probing_more_often_leaves_training_unchanged(tmp_path, optimizer):
+    # bench/speedrun_preset.py evaluates the preset every 10 steps instead of its 50 to time
+    # the target finely: that must not move a single weight of the run it times.
+    sparse = config(steps=20, eval_every=20, probe_every=20, optimizer=optimizer)
+    dense = config(steps=20, eval_every=1, probe_every=3, optimizer=optimizer)
+    train(sparse, tmp_path / "sparse", progress=False)
+    train(dense, tmp_path / "dense", progress=False)
+
+    def losses(run):
+        return [(r["step"], r["loss"]) for r in read_metrics(tmp_path / run) if r["kind"] == "train"]
+    assert losses("dense") == losses("sparse") and len(losses("dense")) == 20
+    assert weights_equal(tmp_path / "sparse", tmp_path / "dense")
+    assert len([r for r in read_metrics(tmp_path / "dense") if r["kind"] == "eval"]) == 21
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])  # muon: both optimizers' state
 def test_interrupted_and_resumed_run_is_bitwise_identical(tmp_path, optimizer):
     cfg = config(steps=80, ckpt_every=20, optimizer=optimizer)
