@@ -115,11 +115,24 @@ def test_x0_mix_is_the_probes_and_changes_the_green_row(client, mode):
 @pytest.mark.parametrize("residual", ["hc", "mhc", "attnres", "ngpt"])
 def test_x0_mix_is_refused_where_it_does_not_apply(client, residual):
     for path, body in (("/api/simulate", {"n": 4}), ("/api/sweep", {"n": 4})):
-        r = client.post(path, json=body | {"residual": residual, "x0_mix": True})
-        assert r.status_code == 400
-        error = r.json()["error"]
-        assert "\n" not in error and error.startswith(f"x0_mix must be false with residual={residual} ")
-        assert "residual none, plain, scaled, rezero, deepnorm" in error
+        for lang, says in (("en", f"x0_mix: must be false with residual {residual}; "),
+                           ("zh", f"x0_mix：residual 为 {residual} 时须为 false；")):
+            r = client.post(path, json=body | {"residual": residual, "x0_mix": True},
+                            headers={"accept-language": lang})
+            assert r.status_code == 400 and r.json()["code"] == "err.x0_mix_with"
+            error = r.json()["error"]
+            assert "\n" not in error and error.startswith(says) and "True" not in error
+            assert "residual none, plain, scaled, rezero, deepnorm" in error
+
+
+def test_a_norm_is_refused_with_ngpt_in_the_page_language(client):
+    for path in ("/api/simulate", "/api/sweep"):
+        for lang, says in (("en", "norm: must be none with residual ngpt; "),
+                           ("zh", "norm：residual 为 ngpt 时须为 none；")):
+            r = client.post(path, json={"n": 4, "residual": "ngpt", "norm": "rmsnorm"},
+                            headers={"accept-language": lang})
+            assert r.status_code == 400 and r.json()["code"] == "err.norm_with"
+            assert r.json()["error"].startswith(says)
 
 
 def test_the_schema_says_which_switches_go_together(client):
@@ -250,6 +263,22 @@ def test_run_starts_one_at_a_time(client, monkeypatch):
     assert client.post("/api/experiments/residual/run", json={}).status_code == 202  # budget: quick
 
 
+def test_a_folder_with_only_data_is_shown_but_not_run(client, runs, monkeypatch):
+    import depthlab.web.runs as runs_mod
+
+    started = []
+    monkeypatch.setattr(runs_mod.subprocess, "Popen", lambda cmd, **kw: started.append(cmd))
+    (runs / "myexp").mkdir()
+    (runs / "myexp" / "export.json").write_text(json.dumps(FIXTURE_EXPORT), encoding="utf-8")
+    assert client.get("/api/experiments/myexp").status_code == 200  # its data is shown
+    for lang, says in (("en", "not an experiment depthlab can run"), ("zh", "不是 depthlab 能运行的实验")):
+        r = client.post("/api/experiments/myexp/run", json={"budget": "micro"},
+                        headers={"accept-language": lang})
+        assert r.status_code == 404 and r.json()["code"] == "err.not_runnable"
+        assert says in r.json()["error"] and "residual" in r.json()["error"]
+    assert started == []  # nothing was launched
+
+
 BAD = [
     ("post", "/api/simulate", {"n": 0}, "n"),
     ("post", "/api/simulate", {"n": 65}, "n"),
@@ -289,6 +318,30 @@ BAD = [
     ("post", "/api/composite", {"draws": 33}, "draws"),
     ("post", "/api/composite", {"sideways": 1}, "sideways"),
 ]
+
+
+@pytest.mark.parametrize("body", [b"[" * 30000 + b"]" * 30000, b'{"n": 1' + b"0" * 5000 + b"}"])
+def test_a_body_json_cannot_read_says_why_in_both_languages(client, body):
+    # nested past the recursion limit, or an integer over Python's 4,300 digits: valid
+    # UTF-8, so not "cannot be decoded"; the reason names every limit
+    for lang, says in (("en", "nested a few hundred levels"), ("zh", "嵌套至多几百层")):
+        r = client.post("/api/paths", content=body, headers={"content-type": "application/json",
+                                                            "accept-language": lang})
+        assert r.status_code == 422 and r.json()["code"] == "err.body_unreadable"
+        assert r.json()["error"].startswith("body") and says in r.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/api/simulate", '{"g": NaN}', "g"), ("/api/simulate", '{"g": -Infinity}', "g"),
+    ("/api/paths", '{"a": Infinity}', "a"), ("/api/composite", '{"spread": NaN}', "spread"),
+    ("/api/norms", '{"x": [3, 4], "eps": NaN}', "eps")])
+def test_nan_and_infinity_are_refused_as_not_finite(client, path, body, field):
+    # not "should be less than or equal to 2": NaN is no number to compare with a bound
+    for lang, says in (("en", "finite number"), ("zh", "有限")):
+        r = client.post(path, content=body, headers={"content-type": "application/json",
+                                                     "accept-language": lang})
+        assert r.status_code == 422 and r.json()["error"].startswith(field), r.text
+        assert says in r.json()["error"] and "equal" not in r.json()["error"]
 
 
 @pytest.mark.parametrize("method,path,body,field", BAD)
@@ -383,6 +436,15 @@ def test_frontier_absent_present_and_corrupt(client, runs):
     (folder / "frontier.json").write_text('{"seeds": 3, "arms": {}', encoding="utf-8")  # cut short
     body = client.get("/api/frontier").json()
     assert body["has_data"] is False and "frontier.json is not a readable JSON object" in body["error"]
+    # readable JSON without what the page draws: an answer with the reason, never a 500
+    for broken, says in (({"arms": {"x": 1}}, "TypeError"), ({"arms": {"x": {}}}, "KeyError: 'depth'"),
+                         ({"arms": [1]}, "'arms' is not an object"), ({"seeds": 3}, "'arms' is not an object")):
+        (folder / "frontier.json").write_text(json.dumps(broken), encoding="utf-8")
+        r = client.get("/api/frontier")
+        assert r.status_code == 200, broken
+        body = r.json()
+        assert body["has_data"] is False and body["frontier"] is None, broken
+        assert "frontier.json lacks what the page draws" in body["error"] and says in body["error"]
     data = {"seeds": 3, "baselines": {"unigram": 3.3}, "arms": {}, "learned": {}, "timing": {}}
     (folder / "frontier.json").write_text(json.dumps(data), encoding="utf-8")
     body = client.get("/api/frontier").json()

@@ -50,6 +50,7 @@ Every function takes a leading "gain" batch dimension so a sweep is one pass.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
@@ -85,7 +86,8 @@ def residual_choices() -> tuple[str, ...]:
 
 def _check(name: str, ok: bool, allowed: str, value: object) -> None:
     if not ok:
-        raise UserError(f"{name} must be {allowed}, got {value!r}")
+        got = json.dumps(value) if isinstance(value, bool) else repr(value)  # true, as typed
+        raise UserError(f"{name} must be {allowed}, got {got}")
 
 
 @dataclass(frozen=True)

@@ -133,8 +133,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         lang = request_lang(request.headers)
-        if exc.status_code == 400:  # FastAPI's only 400: a body it cannot decode (not UTF-8)
-            body = error_body("err.body_not_utf8", {}, lang)
+        if exc.status_code == 400:  # FastAPI's only 400: a body json.loads raised on with
+            # something other than a syntax error (not UTF-8, nested past Python's recursion
+            # limit, an integer of more than 4,300 digits)
+            body = error_body("err.body_unreadable", {}, lang)
             detail = {"field": "body", "message": body["error"], "type": "json_invalid",
                       "code": body["code"], "params": {}}
             return JSONResponse({**body, "detail": [detail]}, status_code=422)

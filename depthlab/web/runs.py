@@ -84,6 +84,11 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _lacks(path: Path, e: Exception) -> str:
+    """The answer's `error` for a data file the page cannot draw from."""
+    return f"{path} lacks what the page draws ({type(e).__name__}: {e}); run the experiment again"
+
+
 class Runs:
     """The runs directory as the page sees it, plus the one background job."""
 
@@ -120,12 +125,18 @@ class Runs:
         A file written before the page's readings were shipped in it gets them now."""
         path = self.root / FRONTIER / "frontier.json"
         data = _read_json(path)
-        if data is not None and isinstance(data.get("arms"), dict):
-            data = complete(data)
-        out = {"has_data": data is not None, "frontier": data,
+        out = {"has_data": False, "frontier": None,
                "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
-        if data is None and path.exists():
-            out["error"] = f"{path} is not a readable JSON object; run the experiment again"
+        if data is None:
+            if path.exists():
+                out["error"] = f"{path} is not a readable JSON object; run the experiment again"
+            return out
+        try:
+            if not isinstance(data.get("arms"), dict):
+                raise TypeError("'arms' is not an object")
+            out.update(has_data=True, frontier=complete(data))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            out["error"] = _lacks(path, e)
         return out
 
     def speedrun(self) -> dict:
@@ -143,9 +154,8 @@ class Runs:
             return out
         try:
             out.update(has_data=True, race=speedrun_section(data))
-        except (KeyError, TypeError, ValueError, IndexError, StopIteration) as e:
-            out["error"] = (f"{path} lacks what the page draws ({type(e).__name__}: {e}); "
-                            "run the experiment again")
+        except (KeyError, TypeError, ValueError, IndexError, StopIteration, AttributeError) as e:
+            out["error"] = _lacks(path, e)
         return out
 
     def summary(self) -> list[dict]:
@@ -228,6 +238,9 @@ class Runs:
 
     def start(self, name: str, budget: str) -> dict:
         self.check_name(name)
+        runnable = known_experiments()
+        if name not in runnable:  # a folder of someone's export: data to show, nothing to run
+            raise refusal("err.not_runnable", 404, name=repr(name), names=", ".join(runnable))
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 raise refusal("err.busy", 409, name=repr(self._job["experiment"]))

@@ -50,7 +50,8 @@ Request = _Request  # the base of a page section's request model (depthlab.web.s
 
 
 Depth = Annotated[int, Field(ge=1, le=MAX_N, description="N: sublayers in the stack"), AS_INTEGER]
-Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, description="g: init gain, weights ~ N(0, g^2/fan_in)")]
+Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, allow_inf_nan=False,
+                              description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
 
 class Switches(_Request):
@@ -101,7 +102,7 @@ class CompositeRequest(_Request):
                        AS_INTEGER] = 4
     depth: Annotated[int, Field(ge=1, le=128, description="writes: matrices multiplied"),
                      AS_INTEGER] = 60
-    spread: float = Field(0.2, gt=0.0, le=1.0, description="std of the noise on A_r = I")
+    spread: float = Field(0.2, gt=0.0, le=1.0, allow_inf_nan=False, description="std of the noise on A_r = I")
     draws: Annotated[int, Field(ge=1, le=32, description="seeds: median and min-max over them"),
                      AS_INTEGER] = 16
 
@@ -109,8 +110,9 @@ class CompositeRequest(_Request):
 class PathsRequest(_Request):
     n: Annotated[int, Field(ge=1, le=MAX_PATH_N, description="layers in x_N = (1 + a)^N x_0"),
                  AS_INTEGER] = 2
-    a: float = Field(0.5, ge=-10.0, le=10.0, description="scalar sublayer F(x) = a x, read "
-                     "exactly as its shortest decimal (-0.1 is -1/10)")
+    a: float = Field(0.5, ge=-10.0, le=10.0, allow_inf_nan=False,
+                     description="scalar sublayer F(x) = a x, read exactly as its shortest "
+                     "decimal (-0.1 is -1/10)")
 
 
 class NormsRequest(_Request):
@@ -119,7 +121,7 @@ class NormsRequest(_Request):
         description=f"the vector, 1 to {MAX_VECTOR} finite numbers, each within +-{MAX_ABS:g}; "
         "an array, or the text typed in the page's box (\"3, 4\", \"3，4\", \"３，４\": "
         "depthlab.numtext)")
-    eps: float = Field(1e-5, gt=0.0, le=1.0)
+    eps: float = Field(1e-5, gt=0.0, le=1.0, allow_inf_nan=False)
 
     @field_validator("x", mode="before")
     @classmethod

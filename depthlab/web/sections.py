@@ -39,7 +39,12 @@ from depthlab.probes import (
     residual_paths,
     shipped_configs,
 )
-from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import (
+    NORM_FREE_RESIDUALS,
+    NORMS,
+    RESIDUAL_CHOICES,
+    X0_MIX_RESIDUALS,
+)
 from depthlab.probes.simulator_mixing import composite_curves
 from depthlab.web import lesson
 from depthlab.web.messages import refusal
@@ -140,8 +145,15 @@ def defaults(model: type[BaseModel]) -> dict:
 
 # ---- the built-in sections' computations --------------------------------------------------
 def _stack(req: SimulateRequest | SweepRequest, **kw):
+    """The simulator's stack for the switches; the two rules that tie a switch to the
+    residual (the schema's allOf) refused here in the page's language, before the
+    simulator's own check says the same in English."""
     from depthlab.probes.simulator import StackRequest
 
+    if req.x0_mix and req.residual not in X0_MIX_RESIDUALS:
+        raise refusal("err.x0_mix_with", residual=req.residual, allowed=", ".join(X0_MIX_RESIDUALS))
+    if req.norm != "none" and req.residual in NORM_FREE_RESIDUALS:
+        raise refusal("err.norm_with", residual=req.residual)
     return StackRequest(depth=req.n, residual=req.residual, norm=req.norm, x0_mix=req.x0_mix, **kw)
 
 
