@@ -320,6 +320,23 @@ BAD = [
 ]
 
 
+@pytest.mark.parametrize(("body", "says"), [
+    ('{"x": [NaN]}', ["x.0: Input should be a finite number"]),
+    ('{"x": "-1000001"}', ["x.0: Input should be greater than or equal to -1000000"]),
+    ('{"x": ["3", "4"]}', ["x.0: Input should be a valid number", "x.1: Input should be a valid number"]),
+    ('{"x": 5}', ['x: Input should be an array of numbers or text like "3, 4"']),
+    ('{"x": null}', ['x: Input should be an array of numbers or text like "3, 4"'])])
+def test_a_vector_whose_every_item_fails_names_the_items_only(client, body, says):
+    # pydantic adds "x: should have at least 1 item" when no item validates: not said, since
+    # items were sent; and no Python type name ("tuple") for a vector that is no array
+    r = client.post("/api/norms", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["error"].split("; ") == says
+    zh = client.post("/api/norms", content=body, headers={"content-type": "application/json",
+                                                          "accept-language": "zh"}).json()["error"]
+    assert "至少" not in zh and len(zh.split("；")) == len(says)
+
+
 @pytest.mark.parametrize("body", [b"[" * 30000 + b"]" * 30000, b'{"n": 1' + b"0" * 5000 + b"}"])
 def test_a_body_json_cannot_read_says_why_in_both_languages(client, body):
     # nested past the recursion limit, or an integer over Python's 4,300 digits: valid

@@ -105,10 +105,20 @@ def field_error(error: dict, lang: str) -> dict:
 
 
 def validation_body(errors: list[dict], lang: str) -> dict:
-    detail = [field_error(e, lang) for e in errors]
+    detail = [field_error(e, lang) for e in _item_errors_first(errors)]
     sep = text("err.sep", lang)
     line = sep.join(text("err.field", lang, field=d["field"], message=d["message"]) for d in detail)
     return {**error_body("err.invalid", {"errors": line}, lang), "detail": detail}
+
+
+def _item_errors_first(errors: list[dict]) -> list[dict]:
+    """pydantic reports a sequence whose every item failed twice: once per item, and again
+    as too short (it counts the items that validated). The items say what is wrong; the
+    second report would claim nothing was sent."""
+    itemised = {tuple(e.get("loc", ()))[:-1] for e in errors
+                if e.get("loc") and isinstance(e["loc"][-1], int)}
+    return [e for e in errors if not (e.get("type") == "too_short"
+                                      and tuple(e.get("loc", ())) in itemised)]
 
 
 def _field(error: dict) -> str:

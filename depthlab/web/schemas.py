@@ -135,7 +135,10 @@ class NormsRequest(_Request):
                 raise PydanticCustomError("number_text", "Input should be numbers separated by "
                                           "commas or spaces; {piece} is not a number",
                                           {"piece": repr(e.piece)}) from None
-        return tuple(x) if isinstance(x, list) else x
+        if not isinstance(x, (list, tuple)):
+            raise PydanticCustomError("vector_type", "Input should be an array of numbers or "
+                                      "text like \"3, 4\"")
+        return tuple(x)
 
 
 class GrowthRequest(_Request):
