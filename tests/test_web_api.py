@@ -409,7 +409,17 @@ def test_trusted_hosts_refuse_other_names(runs):
     c = TestClient(create_app(runs, allowed_hosts=["127.0.0.1"], warm=False),
                    base_url="http://127.0.0.1")
     assert c.get("/api/meta").status_code == 200
-    assert c.get("/api/meta", headers={"host": "evil.example"}).status_code == 400
+    for lang, says in (("en", "host: 'evil.example' is not a name of this server; it answers to 127.0.0.1"),
+                       ("zh", "host：'evil.example' 不是这台服务器的名字")):
+        r = c.get("/api/meta", headers={"host": "evil.example", "accept-language": lang})
+        assert r.status_code == 400 and r.json()["code"] == "err.host"  # JSON, as every refusal
+        assert r.json()["error"].startswith(says)
+    for host in ("evil.example:80", "127.0.0.1.evil.example", "", "127.0.0.1:notaport", "[::1"):
+        assert c.get("/api/meta", headers={"host": host}).status_code == 400, host
+    assert c.get("/api/meta", headers={"host": "127.0.0.1:8123"}).status_code == 200
+    six = TestClient(create_app(runs, allowed_hosts=["127.0.0.1", "[::1]", "::1"], warm=False))
+    assert six.get("/api/meta", headers={"host": "[::1]:8123"}).status_code == 200
+    assert six.get("/api/meta", headers={"host": "[::2]:8123"}).status_code == 400
 
 
 def test_answers_are_cached(client):

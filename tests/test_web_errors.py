@@ -83,11 +83,17 @@ def test_every_kind_of_refusal_has_a_key_and_reads_as_chinese(client, headers, c
     assert english["code"] == body["code"] and not CJK.search(english["error"])
 
 
-def test_accept_language_picks_the_first_language_we_have():
+def test_accept_language_picks_the_weightiest_language_we_have():
     assert request_lang({"accept-language": "zh-CN,zh;q=0.9"}) == "zh"
     assert request_lang({"accept-language": "fr-FR, zh;q=0.5"}) == "zh"
     assert request_lang({"accept-language": "en-US,zh;q=0.5"}) == "en"
     assert request_lang({"accept-language": "fr"}) == request_lang({}) == "en"
+    # weights, not order; q=0 is "not this one" (RFC 9110); a bad weight counts as 0
+    assert request_lang({"accept-language": "en;q=0.5, zh;q=0.9"}) == "zh"
+    assert request_lang({"accept-language": "zh;q=0, en;q=1"}) == "en"
+    assert request_lang({"accept-language": "zh;q=0"}) == "en"
+    assert request_lang({"accept-language": "zh;q=abc"}) == request_lang({"accept-language": "zh;q=nan"}) == "en"
+    assert request_lang({"accept-language": "zh;q=0.8, en;q=0.8"}) == "zh"  # first among equals
 
 
 def test_every_key_the_server_raises_is_in_both_tables_with_its_fields():

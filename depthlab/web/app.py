@@ -26,13 +26,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from depthlab import __version__
 from depthlab.errors import UserError
 from depthlab.locales import LANGS, table
 from depthlab.web import compute, lesson, realmodel, sections
-from depthlab.web.guard import MAX_BODY, TOKEN_HEADER, BodyLimit, WriteGuard, new_token
+from depthlab.web.guard import (
+    MAX_BODY,
+    TOKEN_HEADER,
+    BodyLimit,
+    HostGuard,
+    WriteGuard,
+    new_token,
+)
 from depthlab.web.messages import (
     RunError,
     error_body,
@@ -108,7 +114,7 @@ def _app(runs: Runs, warm: bool) -> FastAPI:
 def _add_middleware(app: FastAPI, allowed_hosts: list[str] | None) -> None:
     """Host check, body limit, the write guard on every POST, and the security headers."""
     if allowed_hosts:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)
+        app.add_middleware(HostGuard, allowed_hosts=allowed_hosts)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.add_middleware(WriteGuard)  # outside BodyLimit: a refused write is not even read
 

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match
@@ -74,6 +76,38 @@ def refuse_write(request: Request, token: str) -> Response | None:
             return _error(request, 403, "err.token_missing", header=TOKEN_HEADER.lower())
         return _error(request, 403, "err.token_wrong", header=TOKEN_HEADER.lower())
     return None
+
+
+def _host_name(header: str) -> str:
+    """The host a Host header names ("[::1]:8000" -> "::1"), or "" for a malformed one (a
+    port that is no number or out of range, a bracket left open)."""
+    try:
+        parts = urlsplit("//" + header)
+        if parts.port is None and ":" in header.rpartition("]")[2]:
+            return ""  # "127.0.0.1:" names no port
+    except ValueError:  # raised by .port too
+        return ""
+    return parts.hostname or ""
+
+
+class HostGuard:
+    """ASGI middleware: a request whose Host header names none of `allowed_hosts` gets 400
+    with the app's JSON refusal, in the page's language. A page of another site whose name
+    was pointed at 127.0.0.1 (DNS rebinding) sends its own name and is refused here."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            sent = Headers(scope=scope).get("host", "")
+            if _host_name(sent) not in self.allowed:
+                refused = _error(Request(scope), 400, "err.host", host=repr(sent),
+                                 allowed=", ".join(sorted(self.allowed)))
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class WriteGuard:

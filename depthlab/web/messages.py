@@ -44,13 +44,24 @@ def refusal(key: str, status: int | None = None, **params: str | int | float) ->
 
 
 def request_lang(headers: Mapping[str, str]) -> str:
-    """The language the client asked for: the first tag of `Accept-Language` that is
-    one of ours (`zh`, `zh-CN`, `en-US`, ...), else English."""
+    """The language the client asked for: of the tags of `Accept-Language` that are ours
+    (`zh`, `zh-CN`, `en-US`, ...), the one of highest weight, the first among equals; a
+    weight of 0 means "not this one" (RFC 9110). English when none is ours."""
+    best, best_q = "en", 0.0
     for part in headers.get("accept-language", "").split(","):
-        tag = part.split(";", 1)[0].strip().lower().split("-", 1)[0]
-        if tag in LANGS:
-            return tag
-    return "en"
+        tag, *params = (p.strip().lower() for p in part.split(";"))
+        q = 1.0
+        for p in params:
+            name, _, value = p.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = min(float(value), 1.0)  # NaN stays NaN: never the best
+                except ValueError:
+                    q = 0.0
+        tag = tag.split("-", 1)[0]
+        if tag in LANGS and q > best_q:
+            best, best_q = tag, q
+    return best
 
 
 def say(key: str, lang: str, params: Params) -> str:
