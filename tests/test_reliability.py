@@ -123,6 +123,39 @@ def test_resume_over_damaged_checkpoints_refuses_and_changes_nothing(tmp_path, c
     assert tree_hashes(run) == before  # weights, log and config untouched
 
 
+def _moments_of_another_shape(s: dict) -> None:
+    s["optimizer"]["state"] = {0: {"step": torch.tensor(1.0), "exp_avg": torch.zeros(2),
+                                   "exp_avg_sq": torch.zeros(2)}}
+
+
+def _no_groups(s: dict) -> None:
+    s["optimizer"]["param_groups"] = []
+
+
+@pytest.mark.parametrize(("spoil", "says"), [
+    (_moments_of_another_shape, "exp_avg of parameter 0 is (2,)"),  # reached a fused kernel: SIGSEGV
+    (lambda s: s.update(optimizer={}), "not an optimizer state"),
+    (lambda s: s.pop("optimizer"), "not an optimizer state"),
+    (_no_groups, "0 parameters in 0 groups"),
+    (lambda s: s.update(torch_rng=torch.zeros(3)), "torch_rng is not a byte tensor"),
+    (lambda s: s.update(torch_rng="abc"), "torch_rng is not a byte tensor")])
+def test_a_readable_state_that_does_not_fit_is_a_one_line_error(tmp_path, capsys, spoil, says):
+    # state.pt loads (right step) but its optimizer state or RNG cannot be this run's: a
+    # one-line refusal naming the file, before anything is loaded, and nothing written
+    run = tmp_path / "run"
+    train(config(steps=6, ckpt_every=3), run, progress=False, max_steps=3)  # stopped at 3
+    newest = checkpoint_dirs(run)[-1][1] / "state.pt"
+    state = torch.load(newest, weights_only=True)
+    spoil(state)
+    torch.save(state, newest)
+    before = tree_hashes(run)
+    code, err = cli(["train", "--config", str(run / "config.json"), "--out", str(run),
+                     "--resume", "--no-progress"], capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"depthlab: error: {newest}: does not fit this run") and says in err, err
+    assert tree_hashes(run) == before
+
+
 def test_a_fresh_run_refuses_a_non_empty_directory_and_overwrite_only_replaces_a_run(
         tmp_path, capsys):
     run = tmp_path / "run"

@@ -177,6 +177,36 @@ class OptimizerPair:
 Optimizer = torch.optim.Optimizer | OptimizerPair
 
 
+def state_mismatch(optimizer: Optimizer, state: object) -> str | None:
+    """Why a saved optimizer state cannot be loaded into `optimizer`, or None when it fits:
+    its layout, its count of parameters, and each per-parameter tensor's shape (a damaged
+    state.pt whose moments have another shape would otherwise reach AdamW's fused kernel,
+    which reads past them)."""
+    if isinstance(optimizer, OptimizerPair):
+        if not isinstance(state, dict) or set(state) != set(optimizer.parts):
+            return f"not the state of {' and '.join(optimizer.parts)} together"
+        return next((f"{name}: {why}" for name, opt in optimizer.parts.items()
+                     if (why := state_mismatch(opt, state[name])) is not None), None)
+    if not (isinstance(state, dict) and isinstance(state.get("state"), dict)
+            and isinstance(state.get("param_groups"), list)
+            and all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                    for g in state["param_groups"])):
+        return "not an optimizer state (state, param_groups)"
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    saved = [i for g in state["param_groups"] for i in g["params"]]
+    if len(saved) != len(params) or len(state["param_groups"]) != len(optimizer.param_groups):
+        return (f"{len(saved)} parameters in {len(state['param_groups'])} groups, the model's "
+                f"optimizer has {len(params)} in {len(optimizer.param_groups)}")
+    for i, p in zip(saved, params, strict=True):
+        entry = state["state"].get(i, {})
+        if not isinstance(entry, dict):
+            return f"parameter {i}: not a dict of tensors"
+        for name, t in entry.items():
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape != p.shape:
+                return f"{name} of parameter {i} is {tuple(t.shape)}, the parameter {tuple(p.shape)}"
+    return None
+
+
 def make_optimizer(model: nn.Module, tc: TrainConfig) -> Optimizer:
     """AdamW on everything, or (train.optimizer=muon) Muon on `muon_names` and AdamW on
     the rest. Muon takes no weight decay here (nanochat's and Keller Jordan's setting);

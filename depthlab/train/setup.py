@@ -24,8 +24,8 @@ from depthlab.outdir import RUN, write_marker
 from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime, step_reads
-from depthlab.train.checkpoint import Checkpoint
-from depthlab.train.optim import Optimizer, make_optimizer
+from depthlab.train.checkpoint import STATE_FILE, Checkpoint
+from depthlab.train.optim import Optimizer, make_optimizer, state_mismatch
 
 
 @dataclass
@@ -133,14 +133,33 @@ def build(cfg: Config, rt: runtime.Runtime,
     return model, optimizer
 
 
+def restore(optimizer: Optimizer, ckpt: Checkpoint) -> None:
+    """The checkpoint's optimizer state and RNG, checked first: a state.pt that does not
+    fit is a one-line error naming it, before anything is loaded or written."""
+    where = f"{ckpt.path / STATE_FILE}"
+    why = state_mismatch(optimizer, ckpt.state.get("optimizer"))
+    rng = ckpt.state.get("torch_rng")
+    if why is None and not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8):
+        why = "torch_rng is not a byte tensor"
+    if why is None:
+        try:
+            optimizer.load_state_dict(ckpt.state["optimizer"])
+            torch.set_rng_state(rng)
+        except (KeyError, ValueError, TypeError, RuntimeError) as e:
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if why is not None:
+        raise UserError(f"{where}: does not fit this run ({why}); nothing was changed. Move "
+                        f"that checkpoint folder away to resume from the one before it, or "
+                        "pass --overwrite to start over")
+
+
 def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, model: Transformer,
           optimizer: Optimizer, ckpt: Checkpoint | None,
           fwd_hooks: list[tuple[str, HookFn]]) -> Run:
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
     start_step = 0
     if ckpt is not None:
-        optimizer.load_state_dict(ckpt.state["optimizer"])
-        torch.set_rng_state(ckpt.state["torch_rng"])
+        restore(optimizer, ckpt)
         start_step = ckpt.step
     writer = _open_log(cfg, run_dir, rt, data, ckpt, start_step) if rt.is_main else None
     net: torch.nn.Module = model
