@@ -256,6 +256,11 @@ class Config:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Config:
+        if not isinstance(raw, dict):  # a run's {"config": ...} holding something else
+            got = json.dumps(raw) if raw is None or isinstance(raw, (bool, int, float)) else (
+                "an array" if isinstance(raw, list) else "a string")
+            raise ConfigError(f"field config must be an object with sections model, data, "
+                              f"train, got {got}")
         unknown = set(raw) - set(_SECTION_TYPES)
         if unknown:
             raise ConfigError(

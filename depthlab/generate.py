@@ -96,6 +96,8 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
         raise UserError(f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})")
+    if seed is not None and not 0 <= seed < 2**64:
+        raise UserError(f"--seed must be an integer from 0 to 2^64 - 1, got {seed}")
     device = next(model.parameters()).device
     generator = torch.Generator(device=device)
     if seed is not None:
@@ -115,7 +117,12 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
         if greedy:
             nxt = int(logits.argmax())
         else:
-            logits = logits / temperature
+            scaled = logits / temperature
+            if not torch.isfinite(scaled.max()):  # a temperature so small that the logits
+                # overflow (or it rounds to 0 in their dtype): softmax's limit as T -> 0,
+                # the most likely tokens, ties sharing
+                scaled = torch.where(logits == logits.max(), 0.0, float("-inf"))
+            logits = scaled
             if top_k is not None and top_k < vocab:
                 kth = torch.topk(logits, top_k).values[-1]
                 logits = logits.masked_fill(logits < kth, float("-inf"))

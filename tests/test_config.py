@@ -106,3 +106,14 @@ def test_every_norm_has_its_diagram_label():
 
     assert tuple(NORM_LABELS) == NORMS
     assert all(NORM_LABELS[k] for k in NORMS if k != "none")
+
+
+@pytest.mark.parametrize(("value", "got"), [("null", "got null"), ("5", "got 5"), ('"xyz"', "got a string"),
+                                            ("[]", "got an array"), ("true", "got true")])
+def test_a_run_config_whose_config_field_is_no_object_is_refused_by_name(tmp_path, value, got):
+    # a run's config.json is {"config": {...}, provenance}; anything else there was a TypeError
+    path = tmp_path / "config.json"
+    path.write_text('{"config": ' + value + "}", encoding="utf-8")
+    with pytest.raises(ConfigError, match="field config must be an object with sections model, "
+                                          "data, train, " + got):
+        Config.load(path)

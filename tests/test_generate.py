@@ -35,6 +35,11 @@ def test_greedy_is_deterministic_and_sampling_follows_the_seed(run):
     assert s1 == generate(model, prompt, 12, temperature=1.0, top_k=5, seed=7)
     top1 = generate(model, prompt, 12, top_k=1, seed=3)
     assert top1 == a  # top-k 1 is greedy
+    # a temperature so small that logits / T overflows float32 (or T rounds to 0 in it):
+    # softmax's limit, the greedy tokens, not "probability tensor contains inf"
+    for t in (1e-30, 1e-45, 1e-300, 5e-324):
+        assert generate(model, prompt, 12, temperature=t, seed=1) == a, t
+        assert generate(model, prompt, 12, temperature=t, top_k=3, seed=1) == a, t
 
 
 def test_generate_cli_json(run, capsys):
@@ -76,6 +81,8 @@ def test_prompt_ids_without_tokenizer(run, tmp_path, capsys):
     (["--prompt-ids", "1,x"], "--prompt-ids"),
     (["--prompt-ids", "99999"], "outside the model's vocabulary"),
     (["--prompt", "宝", "--temperature", "0"], "--greedy"),
+    (["--prompt", "宝", "--seed", "99999999999999999999999"], "--seed must be an integer from 0"),
+    (["--prompt", "宝", "--seed", "-1"], "--seed must be an integer from 0"),
 ])
 def test_generate_errors(run, capsys, argv, phrase):
     assert main(["generate", "--run", str(run), *argv]) == 2
