@@ -169,6 +169,9 @@ def _read_text(path: Path, budget: int = MAX_CORPUS_BYTES) -> str:
 
 
 def _local(spec: str, joiner: str = JOINER) -> Corpus:
+    if not spec.strip():  # Path("") is the current folder: every .txt under it, unasked
+        raise UserError(f"corpus {spec!r}: empty; give {', '.join(CORPORA)} or a .txt file "
+                        "or folder")
     path = Path(spec).expanduser()
     if not path.exists():
         names = ", ".join(CORPORA)

@@ -92,10 +92,8 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
                         "(use --greedy for the most likely token)")
     if len(ids) > MAX_PROMPT_TOKENS:
         raise UserError(f"the prompt has {len(ids):,} tokens; at most {MAX_PROMPT_TOKENS:,}")
+    check_ids(model, ids)
     vocab = model.cfg.vocab_size
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise UserError(f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})")
     if seed is not None and not 0 <= seed < 2**64:
         raise UserError(f"--seed must be an integer from 0 to 2^64 - 1, got {seed}")
     device = next(model.parameters()).device
@@ -134,6 +132,15 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     return out
 
 
+def check_ids(model: torch.nn.Module, ids: list[int]) -> None:
+    """Every prompt id is a row of the model's embedding (a tokenizer.json larger than the
+    model's vocabulary can make ids that are not)."""
+    vocab = model.cfg.vocab_size
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise UserError(f"token id {bad[0]} is outside the model's vocabulary (0..{vocab - 1})")
+
+
 @torch.no_grad()
 def next_token(model: torch.nn.Module, ids: list[int],
                top: int = 10) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[int, float]]]:
@@ -141,6 +148,7 @@ def next_token(model: torch.nn.Module, ids: list[int],
     and the `top` most likely next tokens as (id, probability)."""
     if not ids:
         raise UserError("the prompt has no tokens")
+    check_ids(model, ids)
     L = model.cfg.n_layers
     stages = ["hook_embed"] + [f"blocks.{i}.hook_resid_post" for i in range(L)] + ["hook_final"]
     shapes: list[tuple[str, tuple[int, ...]]] = []

@@ -78,3 +78,12 @@ def test_missing_path_and_empty_folder(tmp_path):
         load_corpus(str(tmp_path / "nope.txt"))
     with pytest.raises(UserError, match="no .txt files"):
         load_corpus(str(tmp_path))
+
+
+@pytest.mark.parametrize("spec", ["", "  "])
+def test_an_empty_corpus_name_is_refused_not_read_as_the_current_folder(spec, tmp_path, monkeypatch):
+    # Path("") is "." : --corpus '' used to read every .txt under the working folder
+    (tmp_path / "notes.txt").write_text("not a corpus anyone chose", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="empty; give shakespeare, hongloumeng or a .txt file"):
+        load_corpus(spec)

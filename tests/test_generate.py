@@ -87,3 +87,10 @@ def test_prompt_ids_without_tokenizer(run, tmp_path, capsys):
 def test_generate_errors(run, capsys, argv, phrase):
     assert main(["generate", "--run", str(run), *argv]) == 2
     assert phrase in capsys.readouterr().err
+
+
+def test_next_token_refuses_ids_outside_the_vocabulary(run, capsys):
+    for ids in ("99999", "1,4096"):
+        assert main(["next-token", "--run", str(run), "--prompt-ids", ids]) == 2
+        err = capsys.readouterr().err
+        assert "outside the model's vocabulary" in err and len(err.splitlines()) == 1, err

@@ -117,3 +117,12 @@ def test_scaling_changes_the_outputs_only_through_eps():
     assert up.layernorm_change < 5e-5 and up.rmsnorm_change < 5e-5
     assert 1e-4 < down.layernorm_change < 2e-4  # x / 1000: variance 0.05, eps shows at 1e-4
     assert json.loads(json.dumps(n.to_json()))["scaled"][1]["factor"] == 0.001
+
+
+@pytest.mark.parametrize("x", [[1e308, 1e308], [1e200], [-1e300, 5.0], [1.7e308, -1.7e308]])
+def test_norms_whose_squares_overflow_are_refused(x):
+    # fsum raised OverflowError (a traceback from `depthlab probe norms 1e308 1e308`), or the
+    # mean square was inf and every output 0
+    with pytest.raises(UserError, match="overflow float64: give numbers within about ±1e150"):
+        compare_norms(x)
+    assert compare_norms([1e150, -1e150]).layernorm == pytest.approx((1.0, -1.0))  # still in range

@@ -166,10 +166,16 @@ def compare_norms(x: list[float] | tuple[float, ...], eps: float = 1e-5) -> Norm
     if not eps > 0:
         raise UserError(f"eps must be > 0, got {eps}")
     n = len(values)
-    mean = math.fsum(values) / n
-    centred = tuple(v - mean for v in values)
-    variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
-    mean_square = math.fsum(v * v for v in values) / n
+    try:
+        mean = math.fsum(values) / n
+        centred = tuple(v - mean for v in values)
+        variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
+        mean_square = math.fsum(v * v for v in values) / n
+    except OverflowError:  # fsum's: a partial sum past float64's largest
+        mean = variance = mean_square = math.inf
+    if not (math.isfinite(mean_square) and math.isfinite(variance)):
+        raise UserError(f"the squares of {list(x)!r} overflow float64: give numbers within "
+                        "about ±1e150")
     layernorm, rmsnorm = _normed(values, eps)
     scaled = []
     for c in SCALE_FACTORS:
