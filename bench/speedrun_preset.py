@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from depthlab.errors import UserError
@@ -43,6 +42,7 @@ from depthlab.experiments.spec import (
 )
 from depthlab.metrics import read_metrics
 from depthlab.presets import get_preset
+from depthlab.rundir import read_config
 
 STANDARD = BUDGETS["standard"]
 
@@ -56,7 +56,10 @@ def child_reference(run_dir: str, seed: int) -> None:
     speedrun.train_reference(reference_config(seed), Path(run_dir))
 
 
-def result(run_dir: Path, cfg) -> RunResult:
+def result(run_dir: Path, cfg=None) -> RunResult:
+    """A finished run as the experiment reads it; its config is the one it recorded unless
+    given (the command line set its seed and evaluation interval)."""
+    cfg = read_config(run_dir)[0] if cfg is None else cfg
     return RunResult(RunSpec(run_dir.name, cfg.train.seed, cfg, run_dir.name), run_dir,
                      read_metrics(run_dir))
 
@@ -81,8 +84,7 @@ def race(preset: str, seed: int, work: Path,
     ref = result(ref_dir, reference_config(seed))
     target = ref.final_val_loss
     ref_cpu = speedrun.hit(ref, target).cpu_total
-    cfg = seeded(get_preset(preset), seed)
-    arm = result(arm_dir, replace(cfg, train=replace(cfg.train, eval_every=eval_every)))
+    arm = result(arm_dir)
     return ref_cpu, speedrun.hit(arm, target), target
 
 
