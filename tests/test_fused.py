@@ -49,21 +49,16 @@ def test_gelu_tanh_matches_torch_over_its_whole_range():
     assert torch.equal(torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(theirs, x, g)[0])
 
 
-# fused.rms_norm runs ATen's RMSNorm forward with its r (torch >= 2.7); else F.rms_norm
-needs_fused_rms_norm = pytest.mark.skipif(fused._FUSED_RMS_NORM is None,
-                                          reason="this torch has no aten._fused_rms_norm")
-
-
-@needs_fused_rms_norm
-@pytest.mark.parametrize("shape", [(4, 7, 96), (2, 3, 5, 16)])  # a stream; q heads (QK-norm)
+@pytest.mark.parametrize("shape", [(4, 7, 96), (2, 3, 5, 16), (3, 1000)])  # a stream; q heads
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 30.0])
-def test_rms_norm_matches_torch_values_and_gradients(shape, scale):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rms_norm_matches_torch_values_and_gradients(shape, scale, dtype):
     """fused.rms_norm against F.rms_norm (autograd through its composite): the very same
-    values (the forward is the same ATen call: training, inference and probes agree bit
-    for bit), gradients within float32 rounding of sums over 16-96 terms."""
+    values (the forward runs the composite's ops in its order: training, inference and
+    probes agree bit for bit), gradients within rounding of sums over 16-1000 terms."""
     torch.manual_seed(int(scale * 10) + len(shape))
-    x = (scale * torch.randn(shape)).requires_grad_()
-    w = (1 + 0.5 * torch.randn(shape[-1])).requires_grad_()
+    x = (scale * torch.randn(shape, dtype=dtype)).requires_grad_()
+    w = (1 + 0.5 * torch.randn(shape[-1], dtype=dtype)).requires_grad_()
     ours, theirs = fused.rms_norm(x, w, 1e-5), F.rms_norm(x, shape[-1:], w, 1e-5)
     assert torch.equal(ours, theirs)
     g = torch.randn_like(ours)
@@ -72,7 +67,6 @@ def test_rms_norm_matches_torch_values_and_gradients(shape, scale):
         torch.testing.assert_close(a, b, atol=1e-6 * max(1.0, b.abs().max().item()), rtol=1e-5)
 
 
-@needs_fused_rms_norm
 @pytest.mark.parametrize("scale", [1e-4, 1.0, 50.0])  # eps dominant, unit RMS, large
 def test_rms_norm_backward_against_finite_differences(scale):
     """Its backward is LayerNorm's kernel at mean 0 plus the mean term taken back out:
@@ -84,7 +78,6 @@ def test_rms_norm_backward_against_finite_differences(scale):
     assert torch.autograd.gradcheck(lambda x: fused.rms_norm(x, w.detach(), 1e-5), (x,))
 
 
-@needs_fused_rms_norm
 def test_rms_norm_fast_path_only_where_it_applies(monkeypatch):
     """RMSNorm (and the zero-centred one, through its scale 1 + w) takes it while training
     on CPU in full precision; inference, half precision and a module whose
@@ -179,7 +172,7 @@ def test_fast_path_only_where_it_applies(monkeypatch):
     output gate take the readable path (a hook sees what the lesson's code computes)."""
     calls = []
     real = fused.rotary_heads
-    monkeypatch.setattr(fused, "rotary_heads", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(fused, "rotary_heads", lambda *a, **k: calls.append(1) or real(*a, **k))
     cfg = replace(get_preset("course").model, vocab_size=40, n_layers=1)
     model = Transformer(cfg)
     idx = torch.randint(0, 40, (2, 8))
@@ -218,7 +211,7 @@ def test_the_fused_rope_decides_from_the_config_with_a_reason(monkeypatch):
         "model.position=learned, which the fused RoPE path does not implement")
     calls = []
     real = fused.rotary_heads
-    monkeypatch.setattr(fused, "rotary_heads", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(fused, "rotary_heads", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.delitem(fused.ROTARY_IMPLEMENTS, "rope_theta")  # as if rope_theta were new
     idx = torch.randint(0, 40, (2, 8))
     Transformer(cfg)(idx)  # at its default: still computed
@@ -234,13 +227,54 @@ def test_the_fused_rope_decides_from_the_config_with_a_reason(monkeypatch):
 def test_a_wrong_rotation_would_be_caught(monkeypatch):
     """The tolerances above are tight enough to see an error: rotating by -angle instead."""
     cfg = replace(get_preset("course").model, vocab_size=50, n_layers=1)
+    idx = torch.randint(0, 50, (2, 24), generator=torch.Generator().manual_seed(1))
+
+    def logits() -> torch.Tensor:
+        torch.manual_seed(0)  # a fresh model: no rotation kept from an earlier call
+        return Transformer(cfg)(idx)
+    good = logits()
+    real = fused.rotary_turns
+    monkeypatch.setattr(fused, "rotary_turns", lambda cos, sin, heads: real(cos, -sin, heads))
+    assert (logits() - good).abs().max() > 1e-4
+
+
+def test_rotary_turns_are_kept_between_steps_and_follow_the_positions():
+    """Attention keeps fused.rotary_turns while the model hands it the same cos, sin (every
+    training step at one length) and derives them again when the length changes; the
+    logits are those of a model that derives them on every call."""
+    cfg = replace(get_preset("course").model, vocab_size=50, n_layers=2)
+    torch.manual_seed(0)
+    model, fresh = Transformer(cfg), Transformer(cfg)
+    fresh.load_state_dict(model.state_dict())
+    for T in (24, 24, 9, 24):
+        idx = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(T))
+        fresh._rope_kept = None
+        for block in fresh.blocks:
+            block.attn._rotary_turns = None
+        out = model(idx)
+        assert torch.equal(out, fresh(idx))
+        kept = model.blocks[0].attn._rotary_turns
+        assert kept[1][0].shape[0] == T and kept[0] is model.rope(T, out)
+
+
+def test_positions_kept_from_inference_serve_a_training_step():
+    """The cos, sin slice Transformer.rope keeps may first be cut under inference_mode (a
+    generate or an evaluation before training): a training step on the same length then
+    rotates and backpropagates through it, on the fused path and on the readable one."""
+    cfg = replace(get_preset("course").model, vocab_size=50, n_layers=2)
     torch.manual_seed(0)
     model = Transformer(cfg)
-    idx = torch.randint(0, 50, (2, 24))
-    good = model(idx)
-    real = fused.rotary_heads
-    monkeypatch.setattr(fused, "rotary_heads", lambda y, cos, sin, *a: real(y, cos, -sin, *a))
-    assert (model(idx) - good).abs().max() > 1e-4
+    idx = torch.randint(0, 50, (2, 24), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        expected = model(idx)
+    for fallback in (None, "the readable path"):
+        for block in model.blocks:
+            block.attn.rotary_fallback = fallback
+        model.zero_grad()
+        out = model(idx)
+        out.square().mean().backward()
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        assert all(p.grad is not None for p in model.parameters())
 
 
 LR, STEPS = 3e-3, 12

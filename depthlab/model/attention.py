@@ -140,6 +140,7 @@ class Attention(nn.Module):
         self.use_rope = cfg.position == "rope"
         # the training fast path's config story (None: it computes this config; else why not)
         self.rotary_fallback = fused.rotary_reason(cfg)
+        self._rotary_turns: tuple | None = None  # (rope, its fused.rotary_turns), kept
         self.gated = cfg.attn_gate
         q_width = cfg.n_heads * cfg.head_size * (2 if cfg.attn_gate else 1)
         kv_width = cfg.kv_heads * cfg.head_size
@@ -204,6 +205,19 @@ class Attention(nn.Module):
                 and cache is None and fused.fast_path_ok(x)
                 and not any(p.hooked for p in (self.hook_q, self.hook_k, self.hook_v)))
 
+    def rotary_turns(self, rope: tuple[torch.Tensor, torch.Tensor],
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """fused.rotary_turns for these cos, sin, computed once while the model hands every
+        step the same `rope` tuple (Transformer.rope keeps it) and reused; None (computed
+        per call) under torch.compile, which traces it."""
+        if torch.compiler.is_compiling():
+            return None
+        kept = self._rotary_turns
+        if kept is None or kept[0] is not rope:
+            kept = self._rotary_turns = (rope, fused.rotary_turns(*rope, self.n_heads
+                                                                  + self.n_kv_heads))
+        return kept[1]
+
     def heads(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """q, k, v [B, heads, T, E] with RoPE applied to q and k, and the output gate
@@ -246,7 +260,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, K, E = self.n_heads, self.n_kv_heads, self.head_size
         if self.rotary_fast_path(x, rope, cache):  # the same q, k, v from one function
-            q, k, v = fused.rotary_heads(self.project_stacked(x, paired=True), *rope, H, K)
+            q, k, v = fused.rotary_heads(self.project_stacked(x, paired=True), *rope, H, K,
+                                         turns=self.rotary_turns(rope))
             gate, paired = None, True  # q's and k's head dimensions in RoPE's pairs
         else:
             q, k, v, gate = self.heads(x, rope)

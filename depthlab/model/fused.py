@@ -78,6 +78,17 @@ def _complex_pairs(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(t.unflatten(-1, (-1, 2)))
 
 
+def rotary_turns(cos: torch.Tensor, sin: torch.Tensor,
+                 heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """e^(i angle) for each pair of `heads` heads side by side [T, heads * E/2] (cos, sin
+    [T, E], their halves equal), and its conjugate, the backward's rotation: what
+    `rotary_heads` multiplies by. They depend only on the positions and the head count, so
+    Attention keeps them from one step to the next."""
+    E = cos.shape[-1]
+    turn = torch.complex(cos[:, :E // 2], sin[:, :E // 2]).repeat(1, heads)
+    return turn, turn.conj().resolve_conj()  # conjugated in memory: no per-element flag
+
+
 class _RotaryHeads(torch.autograd.Function):
     """One matmul's output y [B, T, (H + 2K) * E], its q and k columns in pairs (see
     `pair_halves`) -> q [B, H, T, E], k [B, K, T, E] with RoPE applied, and v [B, K, T, E]:
@@ -91,35 +102,32 @@ class _RotaryHeads(torch.autograd.Function):
     like y."""
 
     @staticmethod
-    def forward(ctx: FunctionCtx, y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(ctx: FunctionCtx, y: torch.Tensor, turn: torch.Tensor, back: torch.Tensor,
                 n_q: int, n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         B, T, width = y.shape
         E = width // (n_q + 2 * n_kv)
         rotated = (n_q + n_kv) * E
-        # [T, (H + K) * E/2]: every head's e^(i angle) side by side (cos's halves are equal)
-        turn = torch.complex(cos[:, :E // 2], sin[:, :E // 2]).repeat(1, n_q + n_kv)
         qk = torch.view_as_real(_complex_pairs(y[..., :rotated]) * turn)
         qk = qk.view(B, T, n_q + n_kv, E).transpose(1, 2)
         v = y[..., rotated:].view(B, T, n_kv, E).transpose(1, 2)
-        ctx.save_for_backward(turn)
-        ctx.n_q, ctx.n_kv = n_q, n_kv
+        ctx.save_for_backward(back)
+        ctx.n_q = n_q
         return qk[:, :n_q], qk[:, n_q:], v
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, dq: torch.Tensor, dk: torch.Tensor,
                  dv: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        (turn,) = ctx.saved_tensors
-        n_q, n_kv = ctx.n_q, ctx.n_kv
-        B, _, T, E = dq.shape
-        q_end, k_end = n_q * E // 2, turn.shape[1]  # in complex pairs along a row of dy
-        back = turn.conj().resolve_conj()  # stored conjugated: no per-element conj flag
-        dy = dq.new_empty(B, T, (n_q + 2 * n_kv) * E)
-        pairs = _complex_pairs(dy[..., :(n_q + n_kv) * E])  # [B, T, (H + K) * E/2]
-        # the incoming gradients as [B, T, heads * E/2]: whole rows per token, as turn's
+        (back,) = ctx.saved_tensors
+        (B, n_q, T, E), n_kv = dq.shape, dk.shape[1]
+        q_end, k_end = n_q * E // 2, back.shape[1]  # in complex pairs along a row of dy
+        rotated = (n_q + n_kv) * E
+        dy = dq.new_empty(B, T, rotated + n_kv * E)
+        pairs = _complex_pairs(dy[..., :rotated])  # [B, T, (H + K) * E/2]
+        # the incoming gradients as [B, T, heads * E/2]: whole rows per token, as back's
         torch.mul(_token_rows(dq), back[:, :q_end], out=pairs[..., :q_end])
         torch.mul(_token_rows(dk), back[:, q_end:], out=pairs[..., q_end:k_end])
-        dy[..., (n_q + n_kv) * E:] = dv.transpose(1, 2).reshape(B, T, -1)
+        dy[..., rotated:].view(B, T, n_kv, E).copy_(dv.transpose(1, 2))
         return dy, None, None, None, None
 
 
@@ -129,13 +137,17 @@ def _token_rows(d: torch.Tensor) -> torch.Tensor:
     return _complex_pairs(d.transpose(1, 2).reshape(d.shape[0], d.shape[2], -1))
 
 
-def rotary_heads(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int,
-                 n_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def rotary_heads(y: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_q: int, n_kv: int,
+                 turns: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The fused q|k|v projection's output, q and k rows in pairs (`pair_halves`) -> q, k
     (RoPE applied at the positions of cos, sin [T, E]; their dimensions in that paired
     order) and v, each [B, heads, T, E]: attention over them computes what
-    Attention.heads's split, reshape, transpose and apply_rope give it."""
-    return _RotaryHeads.apply(y, cos, sin, n_q, n_kv)
+    Attention.heads's split, reshape, transpose and apply_rope give it. turns:
+    `rotary_turns(cos, sin, n_q + n_kv)` when the caller keeps them."""
+    if turns is None:
+        turns = rotary_turns(cos, sin, n_q + n_kv)
+    return _RotaryHeads.apply(y, *turns, n_q, n_kv)
 
 
 GELU_C = math.sqrt(2.0 / math.pi)  # GELU's tanh form: z = GELU_C * (x + GELU_A * x^3)
@@ -167,26 +179,24 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return _GeluTanh.apply(x)
 
 
-# ATen's RMSNorm forward (what F.rms_norm runs, so the fast path's values are bit for bit
-# those of inference and of every probe), which also returns 1/rms per row for the
-# backward (torch >= 2.7); on an older torch RMSNorm keeps F.rms_norm.
-_FUSED_RMS_NORM = getattr(torch.ops.aten, "_fused_rms_norm", None)
-
-
 class _RMSNorm(torch.autograd.Function):
     """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
 
     On CPU autograd differentiates F.rms_norm's composite (pow, mean, add, rsqrt, two
-    products) op by op. The forward here is the same ATen call, keeping its r. The
-    backward is ATen's LayerNorm backward, one fused kernel, given mean 0 and rstd r:
-    with g' = g * w it returns dw = sum over rows of g * x * r, RMSNorm's, and
+    products) op by op. The forward here runs the same ops in the same order (x * x is
+    pow(x, 2); mean is a sum divided by D), so its values are bit for bit F.rms_norm's,
+    those of inference and of every probe, and keeps r; it writes y into the buffer of
+    x * x. The backward is ATen's LayerNorm backward, one fused kernel, given mean 0 and
+    rstd r: with g' = g * w it returns dw = sum over rows of g * x * r, RMSNorm's, and
     dx = r * g' - x * r^3 * sum(g' * x) / D - r * sum(g') / D: RMSNorm's dx but for the
     last term, LayerNorm's mean term, which adding r * (g @ w) / D per row takes back."""
 
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
                 eps: float) -> torch.Tensor:
-        y, r = _FUSED_RMS_NORM(x, [x.shape[-1]], weight, eps)
+        y = x * x
+        r = y.sum(-1, keepdim=True).div_(x.shape[-1]).add_(eps).rsqrt_()
+        torch.mul(x, r, out=y).mul_(weight)
         ctx.save_for_backward(x, weight, r)
         return y
 
@@ -199,7 +209,7 @@ class _RMSNorm(torch.autograd.Function):
             g, x, [D], torch.zeros_like(r), r, weight, None,
             [True, ctx.needs_input_grad[1], False])
         mean_term = (g @ weight).unsqueeze_(-1).mul_(r).mul_(1.0 / D)  # r * sum(g') / D
-        return dx.add_(mean_term), dw, None
+        return dx.add_(mean_term), dw, None  # (an addcmul_ of two [N, 1] runs unvectorized)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -208,6 +218,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rms_norm_ok(x: torch.Tensor) -> bool:
-    """Where `rms_norm` runs: training on CPU in full precision, on a torch that has
-    ATen's RMSNorm forward with its r."""
-    return _FUSED_RMS_NORM is not None and fast_path_ok(x)
+    """Where `rms_norm` runs: training on CPU in full precision."""
+    return fast_path_ok(x)

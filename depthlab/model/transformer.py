@@ -136,6 +136,7 @@ class Transformer(HookedModule):
         self.final_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.final_norm else None
         self.hook_final = HookPoint()
         self._rope_tables: dict = {}
+        self._rope_kept: tuple | None = None  # (table, start, end, (cos, sin)): the last slice
         self.lm_head = (
             None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
@@ -151,9 +152,15 @@ class Transformer(HookedModule):
         if self.cfg.position != "rope":
             return None
         end = start + n_tokens if positions is None else int(positions.max()) + 1
-        cos, sin = self._rope_table(max(end, self.cfg.context_len), like)
-        if positions is None:
+        table = self._rope_table(max(end, self.cfg.context_len), like)
+        cos, sin = table
+        if positions is None and torch.compiler.is_compiling():
             return cos[start:end], sin[start:end]
+        if positions is None:  # the same tuple while the slice is: Attention keeps what
+            kept = self._rope_kept  # it derives from it (fused RoPE's complex turns)
+            if kept is None or kept[0] is not table or kept[1:3] != (start, end):
+                kept = self._rope_kept = (table, start, end, (cos[start:end], sin[start:end]))
+            return kept[3]
         cos, sin = cos[positions], sin[positions]
         return (cos, sin) if positions.ndim == 1 else (cos.unsqueeze(1), sin.unsqueeze(1))
 
