@@ -15,6 +15,10 @@ once and refuses with the estimate and the limit instead:
                           one stream (`residual_floats`, from the
                           residual's spec in depthlab.variants), and
                           what the stream shortcuts keep (`shortcut_floats`)
+    RoPE's tables         cos and sin for every position up to context_len,
+                          built through float64 (`rope_floats`)
+    inference             one block's activations, the logits, and the KV
+                          cache, for the tokens the job actually runs
 
 The coefficients are calibrated on the measured peak RSS of two training steps of
 the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
@@ -67,6 +71,14 @@ def shortcut_floats(m: ModelConfig) -> int:
     return n + (2 * m.vocab_size if m.logit_softcap is not None else 0)
 
 
+def rope_floats(m: ModelConfig) -> int:
+    """Floats at the peak of building RoPE's cos, sin tables (depthlab.model.attention.
+    rope_cos_sin), which the model makes for max(tokens, context_len) positions: angles,
+    their doubled copy, cos and sin in float64 beside the float32 results, about 8 floats
+    per position and head dimension; 2 of them are kept."""
+    return 8 * m.context_len * m.head_size if m.position == "rope" else 0
+
+
 def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
     """Bytes held at once by a forward (and, when training, backward) pass of `batch`
     sequences of `seq` tokens."""
@@ -75,8 +87,10 @@ def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEsti
     per_block = tokens * (18 * m.d_model + 5 * m.ffn_hidden) + 3 * batch * m.n_heads * seq * seq
     acts = (m.n_layers * per_block + 4 * tokens * m.vocab_size
             + tokens * (residual_floats(m) + shortcut_floats(m)))
-    if not training:  # no graph is kept: one block's worth plus the logits
-        acts = per_block + 2 * tokens * m.vocab_size
+    if not training:  # no graph is kept: one block's worth, the logits, a KV cache
+        cache = 2 * m.n_layers * tokens * m.kv_heads * m.head_size
+        acts = per_block + 2 * tokens * m.vocab_size + cache
+    acts += rope_floats(m)
     return MemoryEstimate(n, FLOAT * n, 3 * FLOAT * n if training else 0, FLOAT * acts)
 
 
@@ -109,12 +123,16 @@ def human(n: float) -> str:
 def check_fits(cfg: Config, device: str = "cpu", *, training: bool = True,
                batch: int | None = None, seq: int | None = None,
                what: str = "this config", world: int = 1) -> MemoryEstimate:
-    """Raise a one-line UserError when the job would not fit in the free memory."""
+    """Raise a one-line UserError when the job would not fit in the free memory. `seq`:
+    the tokens of one sequence; by default train.seq_len when training, and 1 for
+    inference, which checks the weights and tables a loaded model holds (a command that
+    then runs a prompt checks again with its length: a model with a 32k context need not
+    fit 32k tokens of activations to read five)."""
     t = cfg.train
     if batch is None:
         batch = max(1, t.batch_size // world) if training else 1
     if seq is None:
-        seq = t.seq_len if training else cfg.model.context_len
+        seq = t.seq_len if training else 1
     est = estimate(cfg.model, batch, seq, training)
     limit = available_bytes(device)
     if est.total > limit:

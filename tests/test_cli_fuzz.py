@@ -235,6 +235,10 @@ for _set in ["model.vocab_size=1000000000", "model.d_model=1048576", "model.n_la
                                  "--set", "model.position=learned", "--set", s,
                                  "--set", "train.seq_len=8"])
 case("describe-tokens-zero", lambda tmp, w: ["model", "describe", "--tokens", "0"])
+for _extra in ([], ["--check"]):  # learned positions end at context_len (256 in course)
+    case(f"describe-tokens-past-learned-positions{''.join(_extra)}",
+         lambda tmp, w, e=_extra: ["model", "describe", "--tokens", "300", "--set",
+                                   "model.position=learned", *e])
 case("describe-tokens-huge", lambda tmp, w: ["model", "describe", "--tokens", "100000"])
 case("describe-no-action", lambda tmp, w: ["model"])
 case("experiment-no-name", lambda tmp, w: ["experiment"])
@@ -356,6 +360,14 @@ for _name, _make in BROKEN_RUNS.items():
 for _name in ("missing", "config-other-shape", "weights-garbage", "tokenizer-chars-int"):
     case(f"probe-run-{_name}",
          lambda tmp, w, m=BROKEN_RUNS[_name]: ["probe", "run", m(tmp, w), "--prompt", "RO"])
+_MISSING = [d for d, have in (("cuda", torch.cuda.is_available()),
+                              ("mps", torch.backends.mps.is_available())) if not have]
+for _dev in ["tpu", *_MISSING]:  # one torch has never heard of; those this machine lacks
+    case(f"probe-run-device-{_dev}", lambda tmp, w, d=_dev: ["probe", "run", str(w.run),
+                                                             "--prompt", "RO", "--device", d])
+for _dev in _MISSING:
+    case(f"generate-device-{_dev}", lambda tmp, w, d=_dev: ["generate", "--run", str(w.run),
+                                                            "--prompt", "RO", "--device", d])
 
 BAD_GENERATE = [
     ["--tokens", "10000000"], ["--tokens", "-1"], ["--temperature", "nan"],
@@ -419,6 +431,17 @@ case("train-into-a-non-empty-folder", lambda tmp, w: non_empty_out(tmp))
 # --- Hugging Face folders: hf import and export ----------------------------------------
 
 
+def index_to(file: object) -> Callable[[Path], None]:
+    """A shard index that maps every tensor of the folder's model.safetensors to `file`."""
+    def mutate(folder: Path) -> None:
+        from safetensors import safe_open
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+            names = list(f.keys())
+        write("model.safetensors.index.json",
+              json.dumps({"weight_map": dict.fromkeys(names, file)}))(folder)
+    return mutate
+
+
 def hf_import(folder: str, tmp: Path, *extra: str) -> list[str]:
     return ["hf", "import", folder, "--out", str(tmp / "imported"), *extra]
 
@@ -440,6 +463,8 @@ BAD_HF: dict[str, Callable[[Path], str]] = {
     "rope-theta-text": lambda tmp: hf_dir(tmp, {"rope_parameters": {"rope_type": "default",
                                                                     "rope_theta": "big"}}),
     "hidden-act": lambda tmp: hf_dir(tmp, {"hidden_act": "gelu"}),
+    "context-2^40": lambda tmp: hf_dir(tmp, {"max_position_embeddings": 2**40}),
+    "context-2^64": lambda tmp: hf_dir(tmp, {"max_position_embeddings": 2**64}),
     "hidden-size-text": lambda tmp: hf_dir(tmp, {"hidden_size": "32"}, weights=False),
     "hidden-size-negative": lambda tmp: hf_dir(tmp, {"hidden_size": -32}, weights=False),
     "layers-missing": lambda tmp: hf_dir(tmp, {"num_hidden_layers": ...}, weights=False),
@@ -450,6 +475,11 @@ BAD_HF: dict[str, Callable[[Path], str]] = {
         "model.safetensors.index.json", json.dumps({"weight_map": {"a": "shard-1.safetensors"}}))),
     "index-garbage": lambda tmp: hf_dir(tmp, weights=False, mutate=write(
         "model.safetensors.index.json", "[")),
+    # shards outside the folder: the real weights, reached through a path (read, without
+    # the rule, as a working checkpoint), an absolute path, a name that is no shard
+    **{f"index-shard-{i}": lambda tmp, f=file: hf_dir(tmp, mutate=index_to(f)) for i, file in
+       enumerate(["../hf/model.safetensors", "./model.safetensors", "sub/../model.safetensors",
+                  "/etc/passwd", "..", "model.safetensors\\..", "config.json", 7])},
 }
 for _name, _make in BAD_HF.items():
     case(f"hf-import-{_name}", lambda tmp, w, m=_make: hf_import(m(tmp), tmp))

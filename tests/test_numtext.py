@@ -83,3 +83,18 @@ def test_the_cli_reads_the_same_text(capsys):
     assert json.loads(capsys.readouterr().out) == full
     assert main(["probe", "norms", "3", "x"]) == 2
     assert "norms needs numbers, got '3 x'" in capsys.readouterr().err
+
+
+def test_negative_entries_in_every_float_form_are_numbers_not_flags(capsys):
+    """argparse takes -2 and -.5 for numbers but -1e3 for an unknown flag; probe norms
+    reads every form as an entry of the vector, and a real flag stays a flag."""
+    assert main(["probe", "norms", "-1000", "2", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    for form in ("-1e3", "-1E+3", "-1000.", "-1.0e3"):
+        assert main(["probe", "norms", form, "2", "--json"]) == 0, form
+        assert json.loads(capsys.readouterr().out) == plain, form
+    assert main(["probe", "norms", "-1e3", "-2.5e-1", "--eps", "1e-6", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["x"] == [-1000.0, -0.25]
+    with pytest.raises(SystemExit) as stop:
+        main(["probe", "norms", "-e3", "2"])
+    assert stop.value.code == 2 and "unrecognized arguments: -e3" in capsys.readouterr().err

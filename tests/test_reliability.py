@@ -380,6 +380,49 @@ def test_sizes_that_cannot_fit_are_refused_with_the_estimate(setting):
         check_fits(apply_overrides(cfg, [f"{setting}"]))
 
 
+def test_rope_tables_for_a_huge_context_are_counted():
+    """RoPE's cos, sin tables cover model.context_len positions whatever train.seq_len is:
+    a context of 10^9 tokens needs about 1 TB to build them, refused before allocating."""
+    cfg = get_preset("course")
+    from depthlab.config import apply_overrides
+
+    huge = apply_overrides(cfg, ["model.context_len=1000000000"])
+    for training in (True, False):
+        with pytest.raises(UserError, match=r"needs about .* but .* is free"):
+            check_fits(huge, training=training)
+    gap = estimate(huge.model, 1, 8, False).total - estimate(cfg.model, 1, 8, False).total
+    assert gap == 4 * 8 * (10**9 - 256) * cfg.model.head_size
+    learned = apply_overrides(huge, ["model.position=learned"])  # no tables; its table of
+    assert estimate(learned.model, 1, 8, False).activations < 10**6  # positions is weights
+
+
+def test_inference_is_checked_for_the_tokens_it_runs_not_the_whole_context():
+    """A model with a long context (here 2^20 positions of RoPE) loads and reads a short
+    prompt; its attention over a full context would not fit, and a job that long is still
+    refused."""
+    from depthlab.config import apply_overrides
+
+    long = apply_overrides(get_preset("course"), ["model.context_len=1048576"])
+    assert check_fits(long, training=False).total < 2 * 2**30  # weights and RoPE tables
+    check_fits(long, training=False, seq=5)
+    with pytest.raises(UserError, match=r"inference needs about"):
+        check_fits(long, training=False, seq=2**20)
+
+
+def test_a_run_with_a_long_context_generates_and_is_probed(tmp_path, capsys):
+    run = tmp_path / "run"
+    train(config(steps=2, ckpt_every=2), run, progress=False)
+    record = json.loads((run / "config.json").read_text())
+    assert record["config"]["model"]["position"] == "rope"
+    record["config"]["model"]["context_len"] = 1048576
+    (run / "config.json").write_text(json.dumps(record))
+    code, err = cli(["generate", "--run", str(run), "--prompt", "ROMEO:", "--tokens", "3",
+                     "--greedy"], capsys)
+    assert code == 0, err
+    code, err = cli(["probe", "run", str(run), "--prompt", "ROMEO:", "--json"], capsys)
+    assert code == 0, err
+
+
 def edited_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     train(config(steps=4, ckpt_every=2), run, progress=False)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from depthlab.cli.common import parse_ids, print_json
 from depthlab.errors import UserError
+from depthlab.memory import check_fits
 from depthlab.probes.token_text import position_labels, token_text
 from depthlab.rundir import load_model, load_tokenizer
 from depthlab.threads import add_threads_arg, check_threads, use_threads
@@ -54,7 +55,7 @@ def _load(args: argparse.Namespace):
 
     check_threads(args.threads)
     ids = parse_ids(args.prompt_ids, "--prompt-ids") if args.prompt_ids is not None else None
-    model, cfg = load_model(Path(args.run), device=str(pick_device(args.device)))
+    model, cfg = load_model(Path(args.run), device=str(pick_device(args.device, field="--device")))
     use_threads(args.threads, cfg.model.d_model)
     tok = load_tokenizer(Path(args.run))
     if ids is None:
@@ -63,6 +64,11 @@ def _load(args: argparse.Namespace):
         ids = tok.encode(args.prompt)
     if not ids:
         raise UserError("the prompt has no tokens")
+    # the longest forward this command runs: the prompt and what generate adds, up to the
+    # context it slides within
+    longest = min(len(ids) + getattr(args, "tokens", 0), max(len(ids), cfg.model.context_len))
+    check_fits(cfg, str(next(model.parameters()).device), training=False, seq=longest,
+               what=f"{args.run}/config.json")
     return model, tok, ids
 
 

@@ -43,6 +43,10 @@ def describe(args: argparse.Namespace) -> int:
         raise UserError(f"--tokens must be between 1 and 4096, got {args.tokens}")
     cfg = config_from_args(args)
     m = cfg.model
+    if m.position == "learned" and args.tokens > m.context_len:
+        raise UserError(f"--tokens {args.tokens} is past model.context_len={m.context_len}: "
+                        "learned positions exist for that many tokens only; give --tokens at "
+                        f"most {m.context_len} or raise model.context_len")
     s = summarize(m, args.tokens)
     check = None
     if args.check:

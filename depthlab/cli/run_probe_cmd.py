@@ -42,7 +42,8 @@ def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = Fals
     pr.add_argument("--position", type=int, metavar="N",
                     help="the token whose target logit is split into its writes and whose path "
                     "is drawn, from 0 (negative: from the end; default: the last)")
-    pr.add_argument("--device", default="cpu", help="cpu | cuda | mps (default: cpu)")
+    pr.add_argument("--device", default="cpu", choices=("cpu", "cuda", "mps"),
+                    help="cpu (default), cuda or mps")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
     pr.add_argument("--plot", metavar="FILE.png|svg", help="also draw the six panels to a file")
     add_threads_arg(pr)
@@ -51,6 +52,7 @@ def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = Fals
 
 def run_probe(args: argparse.Namespace) -> int:
     from depthlab.probes.realmodel import probe_run_dir  # torch: only when the command runs
+    from depthlab.train.runtime import pick_device
 
     if args.ids is not None:
         prompt = parse_ids(args.ids, "--ids")
@@ -58,7 +60,8 @@ def run_probe(args: argparse.Namespace) -> int:
         prompt = args.prompt
     check_threads(args.threads)
     target = int(args.target) if args.target is not None and args.target.isdigit() else args.target
-    result = probe_run_dir(args.run_dir, prompt, target=target, device=args.device,
+    result = probe_run_dir(args.run_dir, prompt, target=target,
+                           device=str(pick_device(args.device, field="--device")),
                            threads=args.threads, position=args.position)
     if args.plot:
         plot_realmodel(result, args.plot)

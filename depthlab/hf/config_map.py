@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from depthlab.config import Config, ModelConfig, TrainConfig, validate
+from depthlab.config import MAX_INT, Config, ModelConfig, TrainConfig, validate
 from depthlab.errors import UserError
 from depthlab.hf.mapping import (
     BY_ARCHITECTURE,
@@ -93,6 +93,8 @@ def _value(f: Field, value: Any) -> Any:
     if f.kind is int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise refuse(f.hf, value, "expected a positive integer")
+        if value > MAX_INT:  # what every integer of depthlab's config holds
+            raise refuse(f.hf, value, f"expected at most {MAX_INT:,}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise refuse(f.hf, value, "expected a finite number")

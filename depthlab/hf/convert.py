@@ -23,6 +23,7 @@ from depthlab.errors import MAX_JSON_BYTES, UserError, read_json_object
 from depthlab.hf.config_map import export_family, hf_config_from_model, run_config_from_hf
 from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import SINGLE_FILE, hf_name, is_ignored, read_tensors, weight_files
+from depthlab.memory import check_fits
 from depthlab.model import Transformer
 
 HF_CONFIG = "config.json"
@@ -62,6 +63,9 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     cfg, kind = run_config_from_hf(raw, has_tokenizer=tokenizer.exists())
     if tokenizer.exists():
         check_tokenizer_file(tokenizer, cfg.model.vocab_size)
+    # the weights and RoPE's tables must fit where the run will be loaded, this machine:
+    # said before the tensors are read
+    check_fits(cfg, training=False, what=f"{hf_dir / HF_CONFIG}")
     files = weight_files(hf_dir)
     out_dir = outdir.check_location(out_dir)
     with outdir.claim_target(out_dir, outdir.RUN, replace=force, sources=(hf_dir,)):

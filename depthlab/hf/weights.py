@@ -79,7 +79,12 @@ def weight_files(hf_dir: Path) -> dict[str, Path]:
             raise UserError(f"{index}: not a valid shard index ({type(e).__name__}: {e})") from None
         if not isinstance(weight_map, dict):
             raise UserError(f"{index}: weight_map must be an object")
-        files = {name: hf_dir / str(file) for name, file in weight_map.items()}
+        for name, file in weight_map.items():  # a shard is a file beside the index
+            if not (isinstance(file, str) and file.endswith(".safetensors")
+                    and Path(file).name == file and "\\" not in file):
+                raise UserError(f"{index}: weight_map[{name!r}] must name a .safetensors file "
+                                f"in {hf_dir}, got {file!r}")
+        files = {name: hf_dir / file for name, file in weight_map.items()}
         for path in sorted(set(files.values())):
             if not path.exists():
                 raise UserError(f"{index} names {path.name}, which is missing")

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.locales import texts
+from depthlab.memory import check_fits
 from depthlab.model.residual import stream_view
 from depthlab.probes import stream_views as views
 from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
@@ -253,6 +254,7 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
         ids = tokenizer.encode(prompt)
     else:
         ids = list(prompt)
+    check_fits(cfg, device, training=False, seq=max(1, len(ids)), what=f"{run_dir}/config.json")
     typed = None
     if isinstance(target, str):
         if tokenizer is None:

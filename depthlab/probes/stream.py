@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.hooks import ActivationCache
+from depthlab.memory import check_fits
 from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import mean_cosine, rel_distance
 
@@ -165,6 +166,7 @@ def encode_prompt(run_dir: Path, text: str) -> list[int]:
 
 def probe_run(run_dir: Path, prompt: str | list[int], device: str = "cpu") -> dict[str, Any]:
     """`probe_model` on a run directory; `prompt` is text (run's tokenizer) or token ids."""
-    model, _ = rundir.load_model(Path(run_dir), device=device)  # names a missing run first
+    model, cfg = rundir.load_model(Path(run_dir), device=device)  # names a missing run first
     ids = encode_prompt(run_dir, prompt) if isinstance(prompt, str) else list(prompt)
+    check_fits(cfg, device, training=False, seq=max(1, len(ids)), what=f"{run_dir}/config.json")
     return {"run": str(run_dir), "prompt_ids": ids, **probe_model(model, ids)}

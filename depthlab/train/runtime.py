@@ -60,7 +60,9 @@ class Runtime:
             dist.destroy_process_group()
 
 
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
+def pick_device(name: str, local_rank: int = 0, field: str = "train.device") -> torch.device:
+    """The device `name` asks for (auto: CUDA, else MPS, else CPU), or a one-line UserError
+    naming `field` (the config field or flag that gave it) when this machine has none."""
     if name == "auto":
         if torch.cuda.is_available():
             name = "cuda"
@@ -70,11 +72,12 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
             name = "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
-            raise UserError("train.device=cuda but no CUDA device is available")
+            raise UserError(f"{field}=cuda but no CUDA device is available to this torch "
+                            f"({torch.__version__})")
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     if name == "mps" and not torch.backends.mps.is_available():
-        raise UserError("train.device=mps but MPS is not available")
+        raise UserError(f"{field}=mps but MPS is not available")
     return torch.device(name)
 
 
