@@ -38,6 +38,9 @@ OPTIMIZERS = ("adamw", "muon")
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
+# Micro-batches per optimizer step: nanoGPT's 8-GPU GPT-2 recipe uses 40 per process. A
+# stop (Ctrl-C, SIGTERM) is honoured between steps, so a step must stay minutes, not hours.
+MAX_GRAD_ACCUM = 1024
 # No optimizer setting of this field comes near: AdamW steps are ~lr per weight, so an
 # lr above 10 only overflows (1e38 made AdamW raise instead of diverging).
 MAX_LR = 10.0
@@ -587,6 +590,10 @@ def validate(cfg: Config) -> Config:
     for name in ("warmup_steps", "weight_decay", "grad_clip", "threads", "seed"):
         if getattr(t, name) < 0:
             raise ConfigError(f"train.{name} must be >= 0, got {getattr(t, name)}")
+    if t.grad_accum > MAX_GRAD_ACCUM:
+        raise ConfigError(f"train.grad_accum must be at most {MAX_GRAD_ACCUM}, got {t.grad_accum} "
+                          "(Ctrl-C and SIGTERM are honoured between steps, so a step must not "
+                          "take hours)")
     _check_optimizer(t)
     if t.seq_len > cfg.model.context_len:
         raise ConfigError(

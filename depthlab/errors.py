@@ -49,10 +49,19 @@ def read_json_object(path: Path | str, missing: str = "no such file",
                      error: type[UserError] = UserError) -> dict:
     """Parse a file holding one JSON object, or raise `error` with one line naming the file:
     `missing` when it does not exist, the parser's complaint when it is not JSON."""
+    if not str(path).strip():  # Path("") is ".", the working folder
+        raise error(f"{missing}: the path is empty")
     path = Path(path)
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise error(f"{path}: not a regular file")
+        kind = path.stat().st_mode
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(kind):
+        raise error(f"{path}: {'a folder' if stat.S_ISDIR(kind) else 'not a regular file'}, "
+                    "not a JSON file")
+    try:
         with open(path, "rb") as f:
             data = f.read(MAX_JSON_BYTES + 1)
         if len(data) > MAX_JSON_BYTES:

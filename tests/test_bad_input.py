@@ -59,7 +59,8 @@ def test_threads_are_bounded_by_the_usable_cores():
 
 @pytest.mark.parametrize("setting", ["train.beta1=0", "train.min_lr_ratio=0",
                                      "train.min_lr_ratio=1", "train.beta2=0.999999",
-                                     "train.grad_clip=0", "train.weight_decay=0"])
+                                     "train.grad_clip=0", "train.weight_decay=0",
+                                     "train.grad_accum=1024"])
 def test_the_ends_of_each_range_that_mean_something_are_allowed(setting):
     apply_overrides(tiny(), [setting])
 
@@ -72,6 +73,12 @@ def test_the_ends_of_each_range_that_mean_something_are_allowed(setting):
 def test_out_of_range_names_the_field_and_the_range(setting, field):
     with pytest.raises(ConfigError, match=rf"^{field} must be in [\[(]"):
         apply_overrides(tiny(), [setting])
+
+
+def test_gradient_accumulation_is_bounded():
+    """A million micro-batches made step 1 run for hours, and a stop waits for the step."""
+    with pytest.raises(ConfigError, match=r"^train.grad_accum must be at most 1024, got 1025"):
+        apply_overrides(tiny(), ["train.grad_accum=1025"])
 
 
 def test_weight_decay_is_bounded_by_the_learning_rate():

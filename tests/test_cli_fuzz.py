@@ -235,6 +235,11 @@ for _set in ["model.vocab_size=1000000000", "model.d_model=1048576", "model.n_la
                                  "--set", "model.position=learned", "--set", s,
                                  "--set", "train.seq_len=8"])
 case("describe-tokens-zero", lambda tmp, w: ["model", "describe", "--tokens", "0"])
+case("describe-preset-empty", lambda tmp, w: ["model", "describe", "--preset", ""])
+case("describe-config-empty-path", lambda tmp, w: ["model", "describe", "--config", ""])
+case("describe-config-folder", lambda tmp, w: ["model", "describe", "--config", str(tmp)])
+case("describe-preset-and-empty-config", lambda tmp, w: ["model", "describe", "--preset",
+                                                          "tiny", "--config", ""])
 for _extra in ([], ["--check"]):  # learned positions end at context_len (256 in course)
     case(f"describe-tokens-past-learned-positions{''.join(_extra)}",
          lambda tmp, w, e=_extra: ["model", "describe", "--tokens", "300", "--set",
@@ -258,6 +263,7 @@ BAD_TRAIN_FLAGS = [
     ["--set", "train.batch_size=1000000000"], ["--set", "train.batch_size=4000000000"],
     ["--set", "train.seq_len=1000000", "--set", "model.context_len=1000000"],
     ["--set", "train.lr=11"], ["--set", "train.lr=1e300", "--set", "train.warmup_steps=5"],
+    ["--set", "train.grad_accum=1000000"],
 ]
 for _flags in BAD_TRAIN_FLAGS:
     case("train-flags-" + "_".join(_flags), lambda tmp, w, f=_flags: train_argv(tmp, *f))

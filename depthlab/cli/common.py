@@ -62,9 +62,11 @@ def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "cour
 
 def config_from_args(args: argparse.Namespace) -> Config:
 
-    if args.config and args.preset:
+    if args.config is not None and args.preset is not None:
         raise UserError("give either --preset or --config, not both")
-    cfg = Config.load(args.config) if args.config else get_preset(args.preset or args.default_preset)
+    # an empty name is refused by name, never read as "the default"
+    cfg = (Config.load(args.config) if args.config is not None
+           else get_preset(args.default_preset if args.preset is None else args.preset))
     return apply_overrides(cfg, args.overrides)
 
 
