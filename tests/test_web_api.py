@@ -432,6 +432,27 @@ def test_answers_are_cached(client):
     assert compute.simulate.cache_info().hits == hits + 1
 
 
+def test_a_cached_answer_keeps_the_sign_of_zero(client):
+    """-0.0 == 0.0 and they hash alike; the norms panel echoes its vector, so the answer for
+    [0.0, 1] must not be handed to [-0.0, 1] (nor the other way)."""
+    for first, second in (([0.0, 1.0], [-0.0, 1.0]), ([-0.0, 2.0], [0.0, 2.0])):
+        answers = [client.post("/api/norms", json={"x": x}).json() for x in (first, second)]
+        for x, answer in zip((first, second), answers, strict=True):
+            assert [math.copysign(1, v) for v in answer["x"]] == [math.copysign(1, v) for v in x]
+
+
+@pytest.mark.parametrize("depth, draws, says", [
+    (1, 1, "After 1 write HC's composite gain is {a} (one draw)"),
+    (1, 3, "After 1 write HC's composite gain is {a} (median of 3 draws;"),
+    (4, 1, "After 4 writes HC's composite gain is {a} (one draw)"),
+    (4, 3, "After 4 writes HC's composite gain is {a} (median of 3 draws;")])
+def test_the_composite_reading_says_one_write_and_one_draw(client, depth, draws, says):
+    r = client.post("/api/composite", json={"depth": depth, "draws": draws}).json()
+    a = r["reading"]["en"].split(" is ", 1)[1].split(" ", 1)[0]
+    assert r["reading"]["en"].startswith(says.format(a=a)), r["reading"]["en"]
+    assert ("一次抽样" in r["reading"]["zh"]) == (draws == 1)
+
+
 def test_composite_gain_is_pythons(client):
     from depthlab.probes.mixing import composite_gain, random_mixing
     from depthlab.probes.simulator_mixing import composite_curves

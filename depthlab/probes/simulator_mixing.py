@@ -43,7 +43,9 @@ class CompositeCurves:
         its largest draw, and how far mHC's band strays from 1."""
         hc, mhc = self.curves["hc"], self.curves["mhc"]
         off = max(abs(v - 1) for v in [*mhc["lo"], *mhc["hi"]])
-        return texts("bx.read.gain", L=self.depth, a=sig(hc["median"][-1]), hi=sig(hc["hi"][-1]),
+        key = "bx.read.gain" + ("." if self.depth == 1 or self.draws == 1 else "") + (
+            "w1" if self.depth == 1 else "") + ("d1" if self.draws == 1 else "")  # singulars
+        return texts(key, L=self.depth, a=sig(hc["median"][-1]), hi=sig(hc["hi"][-1]),
                      draws=self.draws, d=sig(off, 2))
 
     def to_json(self) -> dict:

@@ -26,13 +26,15 @@ _ADAPTERS: dict[str, Callable[[Any], Any]] = {}
 
 
 def _cached(fn: Callable[[Any], Any], maxsize: int) -> Callable[[Any], Any]:
-    """LRU on the frozen request, computed under the global lock."""
-    cached = lru_cache(maxsize=maxsize)(fn)
+    """LRU on the frozen request, computed under the global lock. The key holds the
+    request's repr beside it: -0.0 == 0.0 (and they hash alike), but the answer echoes its
+    input, so a cached [0.0] must not answer [-0.0]."""
+    cached = lru_cache(maxsize=maxsize)(lambda req, _text: fn(req))
 
     @wraps(fn)
     def call(req):
         with _LOCK:
-            return cached(req)
+            return cached(req, repr(req))
 
     call.cache_info = cached.cache_info  # type: ignore[attr-defined]
     call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
