@@ -126,3 +126,23 @@ def test_each_pydantic_message_template_has_the_fields_its_context_gives():
     assert [o["field"] for o in out] == ["n", "x", "config", "x", "q"]
     for key in (k for k in table("en") if k.startswith("err.v.")):
         assert say(key, "zh", dict.fromkeys(re.findall(r"\{(\w+)\}", table("en")[key]), "1"))
+
+
+@pytest.mark.parametrize("url, field, kind", [
+    ("/api/block?presett=llama", "presett", "extra_forbidden"),  # a typo: not the default
+    ("/api/block?preset=llama&preset=gpt2", "preset", "query_repeated"),  # not the last
+    ("/api/meta?x=1", "x", "extra_forbidden"),
+    ("/api/frontier?preset=course", "preset", "extra_forbidden"),
+    ("/api/anatomy?tokens=5&tokens=6", "tokens", "extra_forbidden")])
+def test_an_api_get_refuses_a_query_it_does_not_read(client, url, field, kind):
+    """A GET reads its query as a POST reads its body: what it does not take, or takes
+    twice, is a 422 naming the parameter, in the page's language."""
+    for lang in ("en", "zh"):
+        r = client.get(url, headers={"accept-language": lang})
+        assert r.status_code == 422, url
+        body = r.json()
+        assert [(d["field"], d["type"]) for d in body["detail"]] == [(field, kind)]
+        rendered(body, lang)
+        assert CJK.search(body["error"]) if lang == "zh" else not CJK.search(body["error"])
+    assert client.get("/api/block?preset=llama").status_code == 200
+    assert client.get("/?lang=zh").status_code == 200  # the page's own address is not an API

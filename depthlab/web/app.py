@@ -18,7 +18,7 @@ import inspect
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Body, Depends, FastAPI, Request
 from fastapi import Path as PathParam
@@ -79,6 +79,33 @@ def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None
     return app
 
 
+def _query_names(dependant: Any) -> set[str]:
+    """The query parameters a route reads, through its dependencies."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def _known_query(request: Request) -> None:
+    """An API GET reads its query the way a POST reads its body: a parameter it does not
+    take (a typo such as ?presett=llama would silently give the default) or one given
+    twice (FastAPI would keep the last) is a 422 naming it."""
+    route = request.scope.get("route")
+    if route is None or not request.url.path.startswith("/api/"):
+        return
+    known = _query_names(route.dependant)
+    errors = [{"type": "extra_forbidden", "loc": ("query", k), "msg": "Extra inputs are not "
+               "permitted", "input": request.query_params[k]}
+              for k in dict.fromkeys(request.query_params) if k not in known]
+    errors += [{"type": "query_repeated", "loc": ("query", k), "msg": "Given more than once; "
+                "give it once", "input": request.query_params.getlist(k)}
+               for k in dict.fromkeys(request.query_params)
+               if k in known and len(request.query_params.getlist(k)) > 1]
+    if errors:
+        raise RequestValidationError(errors)
+
+
 def _app(runs: Runs, warm: bool) -> FastAPI:
     """The bare app: its lifespan (settle dead runs, warm the first view, stop the
     background run) and a schema that documents the 4xx the server adds."""
@@ -93,7 +120,7 @@ def _app(runs: Runs, warm: bool) -> FastAPI:
     # No /docs or /redoc: FastAPI's viewers load their scripts from a CDN, and this page
     # loads nothing from outside the machine. The schema itself is at /openapi.json.
     app = FastAPI(title="depthlab lesson page", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None,
+                  docs_url=None, redoc_url=None, dependencies=[Depends(_known_query)],
                   description="Live probes, exact arithmetic and project measurements for the "
                   "lesson on residual connections and normalization.")
     app.state.runs = runs
