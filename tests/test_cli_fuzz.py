@@ -742,3 +742,13 @@ def test_the_real_entry_point_agrees(world, tmp_path, name):
                                "DEPTHLAB_CACHE": str(world.root / "cache")})
     check(proc.returncode, proc.stderr, expected, argv)
     assert world.protected() == before
+
+
+@pytest.mark.parametrize("corpus", ["/nonexistent/corpus.txt", "hlm", "/dev/zero"])
+def test_a_refused_corpus_leaves_no_experiment_behind(tmp_path, capsys, corpus):
+    """The corpus is read before the experiment starts: no folder, no status.json saying
+    'failed' for an experiment that never ran."""
+    code, err = run_in_process(["experiment", "norm-type", "--budget", "micro", "--corpus",
+                                corpus, "--out", str(tmp_path / "exp"), "--no-progress"], capsys)
+    check(code, err, 2, [])
+    assert not (tmp_path / "exp").exists()

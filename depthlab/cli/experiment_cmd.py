@@ -77,6 +77,10 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError(f"--budget {args.budget!r} is not one of: {', '.join(BUDGETS)}")
 
     seeds = None if args.seeds is None else parse_seeds(args.seeds)  # bad text: one line, exit 2
+    if args.corpus is not None:  # refused before the experiment's folder and status exist
+        from depthlab.corpus import load_corpus
+
+        load_corpus(args.corpus)
 
     # Runs go one at a time; each training run applies the rule to its own width, and the
     # init-time measurements are of the lesson's models (one thread by the rule).
