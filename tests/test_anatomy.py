@@ -199,6 +199,39 @@ def test_hybrid_config_without_vision_or_mtp_has_one_definition(tmp_path):
     assert a.total_params == 27_781_427_952 - 460_730_096 - 424_699_392
 
 
+SMALL_HYBRID = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 4,
+                "num_attention_heads": 4, "intermediate_size": 128, "mtp_num_hidden_layers": 1}
+
+
+@pytest.mark.parametrize("given", [{"num_key_value_heads": 2}, {}, {"head_dim": 16}])
+def test_hybrid_counts_use_the_class_defaults_the_shapes_use(tmp_path, given):
+    """Without head_dim (Qwen3.5's class default 256, not hidden / heads) or
+    num_key_value_heads (default 4), the full-attention layers are counted with the same
+    head size and KV heads their shapes are drawn with, and as transformers builds them."""
+    raw = {"model_type": "qwen3_5", "text_config": SMALL_HYBRID | given,
+           "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 64,
+                             "num_heads": 2, "out_hidden_size": 64}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    a = anatomy_of(str(path))
+    assert a.params_by_component == transformers_counts(raw)
+    head = given.get("head_dim", 256)
+    assert dict(a.shapes)["q_proj (query | gate)"] == (5, 2 * 4 * head)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("attention_bias", "false", "attention_bias must be true or false"),
+    ("partial_rotary_factor", "x", r"partial_rotary_factor must be a number in \(0, 1\]"),
+    ("partial_rotary_factor", None, r"partial_rotary_factor must be a number in \(0, 1\]"),
+    ("partial_rotary_factor", -1, r"partial_rotary_factor must be a number in \(0, 1\]"),
+    ("partial_rotary_factor", 3, r"partial_rotary_factor must be a number in \(0, 1\]")])
+def test_hybrid_fields_of_the_wrong_type_are_refused(tmp_path, field, value, says):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen3_5", "text_config": SMALL_HYBRID | {field: value}}))
+    with pytest.raises(UserError, match=says):
+        anatomy_of(str(path))
+
+
 # ---- the data-flow stages the page draws ---------------------------------------------
 
 STAGE_KEYS = {"key", "shape", "layers", "params_per_layer", "params", "tied", "inner"}
@@ -302,3 +335,18 @@ def test_the_page_and_model_describe_count_the_same_parameters_as_the_model(chan
     assert a.params_by_component == s.params_by_component
     last = sum(p.numel() for p in built.blocks[-1].parameters())
     assert a.params_per_layer["total"] == s.params_per_block == last
+
+
+def test_the_cli_writes_the_init_std_as_the_config_does(tmp_path, capsys):
+    """0.0123456789 was printed as 0.0123457 beside a value computed from the full std, so
+    '0.0123457/sqrt(4) = ~0.00617284' read as an arithmetic slip."""
+    from depthlab.cli import main
+
+    raw = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+           "initializer_range": 0.0123456789}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert main(["anatomy", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "init std 0.0123456789, 0.0123456789/sqrt(2L) = 0.0123456789/sqrt(4) = ~0.00617284" in out

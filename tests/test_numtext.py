@@ -95,6 +95,9 @@ def test_negative_entries_in_every_float_form_are_numbers_not_flags(capsys):
         assert json.loads(capsys.readouterr().out) == plain, form
     assert main(["probe", "norms", "-1e3", "-2.5e-1", "--eps", "1e-6", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["x"] == [-1000.0, -0.25]
+    for flag, form in (("--scale", "-1e-3"), ("--x0", "-2E1")):  # a flag's value too
+        assert main(["probe", "paths", flag, form, "--json"]) == 0, flag
+        assert json.loads(capsys.readouterr().out)["scale" if flag == "--scale" else "x0"] == float(form)
     with pytest.raises(SystemExit) as stop:
         main(["probe", "norms", "-e3", "2"])
     assert stop.value.code == 2 and "unrecognized arguments: -e3" in capsys.readouterr().err

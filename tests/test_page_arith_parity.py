@@ -89,8 +89,10 @@ def empty_live(tmp_path_factory):
 
 
 def test_the_page_computes_no_exact_figure(scratch):
-    assert scratch.evaluate("() => typeof DL.arith.paths") == "undefined"
-    assert "Math.pow" not in API_JS.read_text() and "BigInt" not in API_JS.read_text()
+    """The only arithmetic in api.js is the norms calculator's (its BigInts are rationals
+    rounded to doubles, never a figure's text)."""
+    assert scratch.evaluate("() => Object.keys(DL.arith)") == ["norms"]
+    assert "Math.pow" not in API_JS.read_text()
 
 
 def test_a_static_copy_answers_with_the_servers_texts(scratch):
@@ -144,6 +146,29 @@ def test_norms_equal_on_the_vectors(scratch):
         bad = [d for x, js in zip(xs, got, strict=True)
                for d in same(js, compute.norms(NormsRequest(x=tuple(x), eps=eps)), f"x={x[:3]}..")]
         assert bad == [], bad[:10]
+
+
+# where exact statistics and a rounded float sum part: equal entries (their float mean
+# is not the entry), two neighbouring doubles, squares below float64, subnormal inputs
+EDGES = [([0.1, 0.1, 0.1], 1e-300), ([1.0, 1.0000000000000002], 1e-300),
+         ([999999.0, 999999.0000000001], 1e-300), ([1e-160, 1e-160], 1e-5), ([1e-170], 1e-5),
+         ([5e-324, -5e-324], 1e-300), ([-0.0, 0.0], 1e-5), ([1e-310, 3e-310], 5e-324),
+         ([0.7] * 64, 1.0)]
+
+
+def test_norms_are_the_servers_bit_for_bit(scratch):
+    """The same exact statistics and the same roundings: equal doubles, not close ones, on
+    random vectors at eps across float64's range and on the edges above."""
+    rng = random.Random(20261202)
+    cases = EDGES + [([rng.uniform(-1, 1) * 10 ** rng.uniform(-300, 6) for _ in range(rng.randint(1, 64))],
+                      10 ** rng.uniform(-300, 0)) for _ in range(200)]
+    got = scratch.evaluate("(cases) => cases.map(([x, eps]) => DL.arith.norms(x, eps))", cases)
+    for (x, eps), js in zip(cases, got, strict=True):
+        py = json.loads(json.dumps(compute.norms(NormsRequest(x=tuple(x), eps=eps))))
+        assert js == py, (x[:3], eps)
+    equal = got[0]  # equal entries centre to 0, and LayerNorm gives 0, whatever eps
+    assert equal["centred"] == [0.0] * 3 and equal["layernorm"] == [0.0] * 3
+    assert got[1]["layernorm"] == [-1.0, 1.0] and got[4]["rms"] == 1e-170
 
 
 def test_the_comparisons_catch_a_difference():

@@ -126,3 +126,48 @@ def test_norms_whose_squares_overflow_are_refused(x):
     with pytest.raises(UserError, match="overflow float64: give numbers within about ±1e150"):
         compare_norms(x)
     assert compare_norms([1e150, -1e150]).layernorm == pytest.approx((1.0, -1.0))  # still in range
+
+
+@pytest.mark.parametrize("eps", [1e-300, 1e-5, 1.0])
+@pytest.mark.parametrize("v", [0.1, -0.3, 1e-200, 7.000001, -123456.789])
+def test_equal_entries_centre_to_zero(v, eps):
+    """Three 0.1s sum to 0.30000000000000004 in floats, whose third is not 0.1: a rounded
+    mean left -1.4e-17 in every centred entry, and LayerNorm -1 at a tiny eps. Exact
+    statistics: the mean is the entry, the centred values and LayerNorm are 0."""
+    n = compare_norms([v, v, v], eps)
+    assert n.mean == v and n.variance == 0.0
+    assert n.centred == (0.0, 0.0, 0.0) and n.layernorm == (0.0, 0.0, 0.0)
+
+
+def test_neighbouring_doubles_are_one_step_apart():
+    """[1, 1 + 2^-52]: the exact mean 1 + 2^-53 lies between two doubles; the centred
+    values are -2^-53 and +2^-53, so LayerNorm with a negligible eps is [-1, 1]."""
+    n = compare_norms([1.0, 1.0 + 2.0**-52], 1e-300)
+    assert n.centred == (-(2.0**-53), 2.0**-53) and n.layernorm == (-1.0, 1.0)
+    assert n.variance == 2.0**-106
+
+
+@pytest.mark.parametrize("v", [1e-160, 1e-170, 5e-324])
+def test_the_rms_of_tiny_entries_keeps_their_digits(v):
+    """Their squares fall below float64 (1e-340) or into its subnormals; the RMS of equal
+    entries is the entry."""
+    assert compare_norms([v, v], 1e-5).rms == v
+
+
+def test_squares_near_float64s_largest_are_exact_or_refused_in_one_line():
+    """The squares of 1.1e151 are finite, but their float sum after x * 1000 overflowed
+    and fsum raised; the statistics are exact now, and only a mean square past float64's
+    largest is refused, in one line."""
+    n = compare_norms([1.1e151, 1.1e151])
+    assert n.rms == 1.1e151 and n.rmsnorm == (1.0, 1.0)
+    assert [s.factor for s in n.scaled if s.rmsnorm_change is None] == []
+    edge = compare_norms([1e154, 1e154])  # x * 1000: squares of 1e157 leave float64
+    assert [(s.factor, s.rmsnorm_change) for s in edge.scaled] == [(1000.0, None), (0.001, 0.0)]
+    with pytest.raises(UserError, match="overflow float64"):
+        compare_norms([1e155, 1e155])
+
+
+@pytest.mark.parametrize("eps", [math.inf, math.nan, 0.0, -1e-5, 1.5, 1e999])
+def test_eps_outside_the_pages_range_is_refused(eps):
+    with pytest.raises(UserError, match=r"eps must be in \(0, 1\]"):
+        compare_norms([3.0, 4.0], eps)

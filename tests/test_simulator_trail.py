@@ -144,3 +144,15 @@ def test_the_static_export_carries_each_rows_trail_rounded_and_small(monkeypatch
             assert len(t["xy"]) == 2 * 3 and len(t["len"]) == 3 and len(t["wlen"]) == 2
             assert all(v == float(f"{v:.3g}") for v in t["xy"] + t["len"] + t["wlen"])
             assert len(json.dumps(t, separators=(",", ":"))) < 300
+
+
+@pytest.mark.parametrize("g", [1e-46, 1e-200])
+def test_writes_that_underflow_still_leave_a_plane(g):
+    """At a gain the CLI allows and the page does not, every write underflows to zero and
+    the drawn vectors are the input alone: the plane is still two orthonormal axes (it
+    was an IndexError), the first along the input, and the picture keeps all of it."""
+    t = compare(StackRequest(depth=2, gain=g), "gradient").naive.trail
+    basis, kept = t.plane()
+    assert torch.allclose(basis @ basis.T, torch.eye(2, dtype=F64), atol=1e-12)
+    assert kept == pytest.approx(1.0, rel=1e-12)
+    json.dumps(t.to_json(), allow_nan=False)

@@ -83,10 +83,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"  per layer: attention {per['attention']:,}, ffn {per['ffn']:,}, norm {per['norm']:,}"
           f" = {per['total']:,}")
     gate = " (2 x: query | sigmoid gate)" if m.attn_gate else ""
-    _, depth_scaled = init_scale_text(a.init_std, a.n_writes)  # exact digits, "~" if rounded
+    # the std as the config writes it (0.0123456789, not 0.0123457) and the depth-scaled
+    # value from it: exact digits, "~" where rounded
+    rule, depth_scaled = init_scale_text(a.init_std, a.n_writes)
+    std = rule.rsplit("/√", 1)[0]
     print(f"\nFFN share {100 * a.ffn_share:.1f}%; q_proj {m.d_model} -> {a.q_proj_width}{gate}; "
-          f"{a.n_writes} residual writes; init std {a.init_std:g}, "
-          f"{a.init_std:g}/sqrt(2L) = {a.init_std:g}/sqrt({a.n_writes}) = {depth_scaled}")
+          f"{a.n_writes} residual writes; init std {std}, "
+          f"{std}/sqrt(2L) = {std}/sqrt({a.n_writes}) = {depth_scaled}")
     if a.layer_kinds:
         print("trunk: " + ", ".join(f"{n} {kind} layers" for kind, n in a.layer_kinds)
               + f" (per linear-attention layer {per['linear_attention']:,})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -11,9 +12,17 @@ from depthlab.config import Config, apply_overrides
 from depthlab.errors import UserError, write_failed
 from depthlab.presets import describe_presets, get_preset
 
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (and a pointer to --help) instead of the usage dump."""
+    """argparse with a one-line error (and a pointer to --help) instead of the usage dump,
+    and negative numbers in every float form read as values: argparse takes -2 and -.5
+    for numbers but -1e3 for an unknown flag (`probe norms -1e3 2`, `--scale -1e-3`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -13,7 +13,6 @@ stops at 64.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
@@ -73,9 +72,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     n = psub.add_parser("norms", help="LayerNorm vs RMSNorm of a vector, every intermediate",
                         description="Example: depthlab probe norms 3 4")
-    # argparse reads -2 and -.5 as numbers but -1e3 as an unknown flag: this vector's
-    # entries may be written in any float form
-    n._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
     n.add_argument("values", nargs="+", metavar="X", help="the vector's entries")
     n.add_argument("--eps", type=float, default=1e-5)
     n.add_argument("--json", action="store_true", help="print JSON instead of a table")

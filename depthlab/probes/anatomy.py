@@ -170,6 +170,9 @@ def _rotated_dims(tc: dict[str, Any], head: int, default: float) -> int:
     """Head dimensions RoPE turns: partial_rotary_factor (top level or in rope_parameters)."""
     rope = tc.get("rope_parameters") if isinstance(tc.get("rope_parameters"), dict) else {}
     factor = tc.get("partial_rotary_factor", rope.get("partial_rotary_factor", default))
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise UserError(f"config.json: partial_rotary_factor must be a number in (0, 1], "
+                        f"got {factor!r}")
     return int(head * factor)
 
 
@@ -184,7 +187,7 @@ def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> 
     kinds = layer_types(tc)
     n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
     share, text_share = ffn_shares(counts)
-    full, lin = full_attention(tc), linear_attention(tc)
+    full, lin = full_attention(m, tc), linear_attention(tc)
     nv, dv = tc.get("linear_num_value_heads", 32), tc.get("linear_value_head_dim", 128)
     key_dim = tc.get("linear_num_key_heads", 16) * tc.get("linear_key_head_dim", 128)
     T, d = tokens, m.d_model

@@ -5,15 +5,17 @@ integers and fractions (depthlab.probes.exactnum): a is read from its decimal te
 -0.1 is -1/10, and the sum of C(N, k) a^k is exactly (1 + a)^N for every a, negative
 ones included, where a float sum cancels catastrophically. Every exact figure goes to
 JSON twice: its text (`*_text`, the digits the page and the CLI show) and its float.
-The two norms on a small vector with every intermediate are float64 arithmetic (square
-roots), with the outputs of the vector scaled by 1000 and by 1/1000 beside them, since
-eps makes scaling matter for small vectors. No torch, so `depthlab probe norms 3 4`
+The two norms on a small vector with every intermediate: mean, centred values,
+variance and mean square exact (rationals rounded once to float64), the outputs over
+float64 square roots, with the outputs of the vector scaled by 1000 and by 1/1000 beside
+them, since eps makes scaling matter for small vectors. No torch, so `depthlab probe norms 3 4`
 answers at once; tests/test_cli_startup.py checks the norms against the model's classes.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
@@ -143,14 +145,47 @@ class ScaledNorms:
 SCALE_FACTORS = (1000.0, 0.001)
 
 
-def _normed(values: tuple[float, ...], eps: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    n = len(values)
-    mean = math.fsum(values) / n
-    centred = tuple(v - mean for v in values)
-    variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
-    mean_square = math.fsum(v * v for v in values) / n
-    return (tuple(c / math.sqrt(variance + eps) for c in centred),
-            tuple(v / math.sqrt(mean_square + eps) for v in values))
+MAX_FLOAT = Fraction(sys.float_info.max)
+
+
+def sqrt_rational(q: Fraction) -> float:
+    """sqrt(q) for a rational q >= 0, in float64: q is first scaled by 4^-k into [1, 4)
+    and rounded once, its square root taken, and 2^k put back in one rounding (ldexp), so
+    the square of 1e-170 (1e-340, below float64) still gives 1e-170. api.js's
+    `sqrtRational` is the same steps."""
+    if q == 0:
+        return 0.0
+    k = (q.numerator.bit_length() - q.denominator.bit_length()) // 2
+    scaled = q / 4**k if k >= 0 else q * 4**-k
+    return math.ldexp(math.sqrt(float(scaled)), k)
+
+
+@dataclass(frozen=True)
+class _Stats:
+    """A vector's statistics as exact rationals (each float is a binary fraction, so its
+    sum, mean and squares are too): rounded to float64 once, when shown."""
+
+    mean: Fraction
+    centred: tuple[Fraction, ...]
+    variance: Fraction
+    mean_square: Fraction
+
+    @classmethod
+    def of(cls, values: tuple[float, ...]) -> _Stats:
+        xs = [Fraction(v) for v in values]
+        mean = sum(xs, Fraction(0)) / len(xs)
+        centred = tuple(x - mean for x in xs)
+        return cls(mean, centred, sum((c * c for c in centred), Fraction(0)) / len(xs),
+                   sum((x * x for x in xs), Fraction(0)) / len(xs))
+
+    def normed(self, values: tuple[float, ...],
+               eps: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """LayerNorm's and RMSNorm's outputs: each rounded centred value (or input) over
+        the square root of the exact variance (or mean square) plus eps. Equal inputs
+        centre to exactly 0, whatever eps."""
+        ln = sqrt_rational(self.variance + Fraction(eps))
+        rms = sqrt_rational(self.mean_square + Fraction(eps))
+        return (tuple(float(c) / ln for c in self.centred), tuple(v / rms for v in values))
 
 
 def _change(a: tuple[float, ...], b: tuple[float, ...]) -> float | None:
@@ -159,35 +194,32 @@ def _change(a: tuple[float, ...], b: tuple[float, ...]) -> float | None:
 
 
 def compare_norms(x: list[float] | tuple[float, ...], eps: float = 1e-5) -> NormComparison:
-    """The lesson's [3, 4]: RMS 3.536, RMSNorm [0.849, 1.131], LayerNorm about [-1, 1]."""
+    """The lesson's [3, 4]: RMS 3.536, RMSNorm [0.849, 1.131], LayerNorm about [-1, 1].
+    Mean, centred values, variance and mean square are exact and rounded once; the
+    outputs divide by float64 square roots."""
     values = tuple(float(v) for v in x)
     if not values or not all(math.isfinite(v) for v in values):
         raise UserError(f"need a non-empty vector of finite numbers, got {list(x)!r}")
-    if not eps > 0:
-        raise UserError(f"eps must be > 0, got {eps}")
-    n = len(values)
-    try:
-        mean = math.fsum(values) / n
-        centred = tuple(v - mean for v in values)
-        variance = math.fsum(c * c for c in centred) / n  # biased, as LayerNorm's paper
-        mean_square = math.fsum(v * v for v in values) / n
-    except OverflowError:  # fsum's: a partial sum past float64's largest
-        mean = variance = mean_square = math.inf
-    if not (math.isfinite(mean_square) and math.isfinite(variance)):
+    if not (math.isfinite(eps) and 0 < eps <= 1):
+        raise UserError(f"eps must be in (0, 1], got {eps}")
+    stats = _Stats.of(values)
+    if stats.mean_square > MAX_FLOAT:  # the variance is never larger
         raise UserError(f"the squares of {list(x)!r} overflow float64: give numbers within "
                         "about ±1e150")
-    layernorm, rmsnorm = _normed(values, eps)
+    layernorm, rmsnorm = stats.normed(values, eps)
     scaled = []
     for c in SCALE_FACTORS:
         big = tuple(c * v for v in values)
-        if all(math.isfinite(v) for v in big) and math.isfinite(math.fsum(v * v for v in big)):
-            ln, rn = _normed(big, eps)
+        other = _Stats.of(big) if all(math.isfinite(v) for v in big) else None
+        if other is not None and other.mean_square <= MAX_FLOAT:
+            ln, rn = other.normed(big, eps)
             scaled.append(ScaledNorms(c, _change(ln, layernorm), _change(rn, rmsnorm)))
         else:
             scaled.append(ScaledNorms(c, None, None))
     return NormComparison(
-        x=values, eps=eps, mean=mean, variance=variance, mean_square=mean_square,
-        rms=math.sqrt(mean_square), centred=centred, layernorm=layernorm, rmsnorm=rmsnorm,
+        x=values, eps=eps, mean=float(stats.mean), variance=float(stats.variance),
+        mean_square=float(stats.mean_square), rms=sqrt_rational(stats.mean_square),
+        centred=tuple(float(c) for c in stats.centred), layernorm=layernorm, rmsnorm=rmsnorm,
         scaled=tuple(scaled),
     )
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from depthlab.config import ModelConfig
 from depthlab.errors import UserError
-from depthlab.hf.config_map import text_config
+from depthlab.hf.config_map import model_config_from_hf, text_config
+from depthlab.hf.mapping import ANATOMY
 
 FULL, LINEAR = "full_attention", "linear_attention"
 
@@ -40,15 +42,18 @@ def layer_types(tc: dict[str, Any]) -> list[str]:
     return list(kinds)
 
 
-def full_attention(tc: dict[str, Any]) -> dict[str, int]:
+def full_attention(m: ModelConfig, tc: dict[str, Any]) -> dict[str, int]:
     """One gated full-attention layer: q_proj (query and its sigmoid output gate when
-    attn_output_gate), k_proj, v_proj, o_proj; q_norm and k_norm over a head."""
-    d, H, K = _int(tc, "hidden_size"), _int(tc, "num_attention_heads"), _int(tc, "num_key_value_heads")
-    E = _int(tc, "head_dim", d // H)
-    gate = 2 if tc.get("attn_output_gate", True) else 1
-    bias = 1 if tc.get("attention_bias", False) else 0
+    attn_output_gate), k_proj, v_proj, o_proj; q_norm and k_norm over a head. Heads, head
+    size and gate are those of `m`, the full-attention model the one Hugging Face mapping
+    reads (its class defaults: 4 KV heads, head_dim 256), so counts and shapes agree."""
+    d, H, K, E = m.d_model, m.n_heads, m.kv_heads, m.head_size
+    gate = 2 if m.attn_gate else 1
+    bias = tc.get("attention_bias", False)
+    if not isinstance(bias, bool):
+        raise UserError(f"config.json: attention_bias must be true or false, got {bias!r}")
     weights = d * H * E * gate + 2 * d * K * E + H * E * d
-    biases = bias * (H * E * gate + 2 * K * E + d)
+    biases = int(bias) * (H * E * gate + 2 * K * E + d)
     return {"attention": weights + biases, "norm": 2 * E}
 
 
@@ -89,23 +94,24 @@ def vision_tower(vc: dict[str, Any]) -> int:
         _int(vc, "depth", 27) * block + merger
 
 
-def mtp_layer(tc: dict[str, Any]) -> int:
+def mtp_layer(m: ModelConfig, tc: dict[str, Any]) -> int:
     """One multi-token-prediction layer as the checkpoint stores it (mtp.*; transformers
     skips these weights): fc joining the embedding and the hidden state (2d -> d), their
     two RMSNorms, one full-attention decoder layer with its FFN, a final RMSNorm. It
     shares the embedding and the LM head with the trunk."""
     d = _int(tc, "hidden_size")
-    attn = full_attention(tc)
+    attn = full_attention(m, tc)
     return 2 * d * d + 2 * d + (attn["attention"] + attn["norm"] + ffn(tc) + 2 * d) + d
 
 
 def hybrid_counts(raw: dict[str, Any]) -> dict[str, int]:
     """Parameters by component of the whole checkpoint."""
     tc = text_config(raw)
+    m = model_config_from_hf(raw, ANATOMY)[0]
     d, V = _int(tc, "hidden_size"), _int(tc, "vocab_size")
     kinds = layer_types(tc)
     n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
-    full, lin = full_attention(tc), linear_attention(tc)
+    full, lin = full_attention(m, tc), linear_attention(tc)
     tied = tc.get("tie_word_embeddings", False)  # text_config puts the top level's first
     counts = {
         "embedding": V * d,
@@ -121,7 +127,7 @@ def hybrid_counts(raw: dict[str, Any]) -> dict[str, int]:
         counts["vision"] = vision_tower(raw["vision_config"])
     mtp = tc.get("mtp_num_hidden_layers", 0)
     if mtp:
-        counts["mtp"] = _int(tc, "mtp_num_hidden_layers") * mtp_layer(tc)
+        counts["mtp"] = _int(tc, "mtp_num_hidden_layers") * mtp_layer(m, tc)
     return {k: v for k, v in counts.items() if v}
 
 

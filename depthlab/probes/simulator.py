@@ -222,7 +222,9 @@ class Trail:
         rows = torch.cat([s, w])
         lengths = rows.norm(dim=1)
         unit = rows[lengths > 0] / lengths[lengths > 0, None]
-        basis = torch.linalg.svd(unit, full_matrices=False).Vh[:2].clone()
+        # full: a second axis even when every drawn vector is on one line (a gain so small
+        # that every write underflows leaves the input alone)
+        basis = torch.linalg.svd(unit, full_matrices=True).Vh[:2].clone()
         if float(s[0] @ basis[0]) < 0:  # signs fixed: the input points right ...
             basis[0] = -basis[0]
         y = unit @ basis[1]

@@ -44,9 +44,19 @@ def _bounds(model, field: str) -> list:
 def limits() -> dict:
     """Every input bound the page enforces, from the request schemas that enforce it."""
     from depthlab.web.guard import MAX_BODY
-    from depthlab.web.schemas import BUDGETS, MAX_G, MAX_GROWTH_WRITES, MAX_N, MAX_VECTOR, MIN_G, PathsRequest
+    from depthlab.web.schemas import (
+        BUDGETS,
+        MAX_ABS,
+        MAX_G,
+        MAX_GROWTH_WRITES,
+        MAX_N,
+        MAX_VECTOR,
+        MIN_G,
+        PathsRequest,
+    )
 
     return {"n": [1, MAX_N], "g": [MIN_G, MAX_G], "g_step": 0.05, "vector_length": MAX_VECTOR,
+            "vector_abs": MAX_ABS,
             "paths_n": _bounds(PathsRequest, "n"), "paths_a": _bounds(PathsRequest, "a"),
             "growth_writes": [1, MAX_GROWTH_WRITES], "budgets": list(BUDGETS),
             "background_runs": 1, "max_body_bytes": MAX_BODY}

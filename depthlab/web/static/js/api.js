@@ -175,19 +175,66 @@
   }
 
   // The norms calculator of the static copy (a typed vector cannot be precomputed): the
-  // float64 arithmetic of depthlab.probes.exact.compare_norms, scaled outputs included.
-  // tests/test_page_arith_parity.py runs both on the same vectors in Chromium. (The exact
-  // arithmetic, paths and counts, is never computed here: a static copy embeds it.)
+  // arithmetic of depthlab.probes.exact.compare_norms step for step, scaled outputs
+  // included: mean, centred values, variance and mean square as exact rationals of BigInts
+  // (every double is m * 2^e), each rounded once to a double (ratToDouble, as Python's
+  // float(Fraction)), the outputs over double square roots (sqrtRational, as Python's
+  // sqrt_rational). tests/test_page_arith_parity.py runs both on the same vectors in
+  // Chromium. (The exact arithmetic, paths and counts, is never computed here: a static
+  // copy embeds it.)
   const SCALE_FACTORS = [1000, 0.001];
-  function normed(x, eps) {
-    const n = x.length;
-    const mean = x.reduce((s, v) => s + v, 0) / n;
-    const centred = x.map((v) => v - mean);
-    const variance = centred.reduce((s, v) => s + v * v, 0) / n;
-    const meanSquare = x.reduce((s, v) => s + v * v, 0) / n;
-    const inv = 1 / Math.sqrt(variance + eps);
-    const invr = 1 / Math.sqrt(meanSquare + eps);
-    return { mean, centred, variance, meanSquare, layernorm: centred.map((v) => v * inv), rmsnorm: x.map((v) => v * invr) };
+  const bits = new DataView(new ArrayBuffer(8));
+  const bitLength = (a) => (a === 0n ? 0 : a.toString(2).length);
+  // a finite double as the rational [numerator, denominator], the denominator a power of 2
+  function exactOf(v) {
+    bits.setFloat64(0, v);
+    const hi = bits.getUint32(0), lo = bits.getUint32(4), ex = (hi >>> 20) & 0x7ff;
+    let m = (BigInt(hi & 0xfffff) << 32n) | BigInt(lo);
+    if (ex !== 0) m |= 1n << 52n;
+    const e = (ex === 0 ? 1 : ex) - 1075;  // v = m * 2^e
+    const num = hi >>> 31 ? -m : m;
+    return e >= 0 ? [num << BigInt(e), 1n] : [num, 1n << BigInt(-e)];
+  }
+  const add = ([a, b], [c, d]) => [a * d + c * b, b * d];
+  const mul = ([a, b], [c, d]) => [a * c, b * d];
+  const over = ([a, b], n) => [a, b * BigInt(n)];
+  const sum = (qs) => qs.reduce(add, [0n, 1n]);
+  // num / den (den > 0) rounded to the nearest double, ties to even, subnormals included
+  function ratToDouble([num, den]) {
+    if (num === 0n) return 0;
+    const neg = num < 0n, a = neg ? -num : num;
+    let e = bitLength(a) - bitLength(den);  // then 2^e <= a / den < 2^(e+1)
+    if ((e >= 0 ? a : a << BigInt(-e)) < (e >= 0 ? den << BigInt(e) : den)) e -= 1;
+    if (e > 1023) return neg ? -Infinity : Infinity;
+    const lsb = Math.max(e - 52, -1074);  // the last bit a double keeps there is 2^lsb
+    const p = lsb >= 0 ? a : a << BigInt(-lsb), q = lsb >= 0 ? den << BigInt(lsb) : den;
+    let m = p / q;
+    const twice = 2n * (p - m * q);
+    if (twice > q || (twice === q && (m & 1n))) m += 1n;
+    const v = Number(m) * 2 ** lsb;  // exact: m has at most 53 bits, 2^lsb is a double
+    return neg ? -v : v;
+  }
+  // x * 2^k rounded once, as Python's math.ldexp (2^k alone may not be a double)
+  const ldexp = (x, k) => (k < -1000 ? x * 2 ** -1000 * 2 ** (k + 1000) : x * 2 ** k);
+  function sqrtRational([num, den]) {
+    if (num === 0n) return 0;
+    const k = Math.floor((bitLength(num) - bitLength(den)) / 2);
+    const scaled = k >= 0 ? [num, den << BigInt(2 * k)] : [num << BigInt(-2 * k), den];
+    return ldexp(Math.sqrt(ratToDouble(scaled)), k);
+  }
+  const MAX_DOUBLE = exactOf(Number.MAX_VALUE);
+  const exceeds = ([a, b], [c, d]) => a * d > c * b;
+  function stats(x) {
+    const xs = x.map(exactOf), n = x.length;
+    const mean = over(sum(xs), n);
+    const centred = xs.map((v) => add(v, [-mean[0], mean[1]]));
+    return { mean, centred, variance: over(sum(centred.map((c) => mul(c, c))), n),
+             meanSquare: over(sum(xs.map((v) => mul(v, v))), n) };
+  }
+  function normed(s, x, eps) {
+    const ln = sqrtRational(add(s.variance, exactOf(eps)));
+    const rms = sqrtRational(add(s.meanSquare, exactOf(eps)));
+    return { layernorm: s.centred.map((c) => ratToDouble(c) / ln), rmsnorm: x.map((v) => v / rms) };
   }
   const change = (a, b) => {
     const d = Math.max(...a.map((v, i) => Math.abs(v - b[i])));
@@ -195,17 +242,19 @@
   };
   DL.arith = {
     norms(x, eps) {
-      const r = normed(x, eps);
+      const s = stats(x), r = normed(s, x, eps);
       const scaled = SCALE_FACTORS.map((factor) => {
         const big = x.map((v) => factor * v);
-        if (!big.every(isFinite) || !isFinite(big.reduce((s, v) => s + v * v, 0))) {
+        const o = big.every(isFinite) ? stats(big) : null;
+        if (o === null || exceeds(o.meanSquare, MAX_DOUBLE)) {
           return { factor, layernorm_change: null, rmsnorm_change: null };
         }
-        const o = normed(big, eps);
-        return { factor, layernorm_change: change(o.layernorm, r.layernorm), rmsnorm_change: change(o.rmsnorm, r.rmsnorm) };
+        const b = normed(o, big, eps);
+        return { factor, layernorm_change: change(b.layernorm, r.layernorm), rmsnorm_change: change(b.rmsnorm, r.rmsnorm) };
       });
-      return { kind: "norms", x, eps, mean: r.mean, variance: r.variance, mean_square: r.meanSquare,
-               rms: Math.sqrt(r.meanSquare), centred: r.centred, layernorm: r.layernorm, rmsnorm: r.rmsnorm, scaled };
+      return { kind: "norms", x, eps, mean: ratToDouble(s.mean), variance: ratToDouble(s.variance),
+               mean_square: ratToDouble(s.meanSquare), rms: sqrtRational(s.meanSquare),
+               centred: s.centred.map(ratToDouble), layernorm: r.layernorm, rmsnorm: r.rmsnorm, scaled };
     },
   };
 

@@ -381,8 +381,8 @@
   DL.figures.norms = function (source, showError) {
     const input = $("vec");
     let last = null;
-    let maxLength = null; // /api/meta limits.vector_length
-    const limits = source.meta().then((m) => { maxLength = m.limits.vector_length; });
+    let maxLength = null, maxAbs = null; // /api/meta limits.vector_length, vector_abs
+    const limits = source.meta().then((m) => { maxLength = m.limits.vector_length; maxAbs = m.limits.vector_abs; });
     input.addEventListener("input", () => DL.state.set({ vec: input.value }));
     document.querySelectorAll("[data-vec]").forEach((b) =>
       b.addEventListener("click", () => DL.state.set({ vec: b.dataset.vec })));
@@ -427,8 +427,8 @@
         if (input.value !== st.vec) input.value = st.vec;
         const x = DL.parseNumbers(st.vec).x || [NaN]; // full-width digits and commas too
         limits.then(() => {
-          if (!x.length || x.length > maxLength || x.some((v) => !isFinite(v))) {
-            $("norms-out").textContent = DL.t("n.bad", { n: maxLength });
+          if (!x.length || x.length > maxLength || x.some((v) => !(Math.abs(v) <= maxAbs))) {
+            $("norms-out").textContent = DL.t("n.bad", { n: maxLength, max: fmt(maxAbs) });
             return;
           }
           send(x);
