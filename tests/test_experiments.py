@@ -479,3 +479,64 @@ def test_list_names_prints_the_registry_one_per_line(capsys):
     assert capsys.readouterr().out.splitlines() == list(EXPERIMENTS)
     assert main(["experiment", "--names"]) != 0
     assert "--names goes with --list" in capsys.readouterr().err
+
+
+def test_finished_runs_of_an_edited_corpus_are_not_reused(micro_runs, monkeypatch):
+    """The grid's configs name the corpus by path; its runs recorded the text's sha256. An
+    edited file (read here as other text) makes every finished run stale: refused by name
+    without --rerun, instead of 'all runs were finished'."""
+    from depthlab.corpus import Corpus
+    from depthlab.experiments import reuse
+
+    b = BUDGETS["micro"]
+    specs = get_experiment("residual").grid(base_config(b, CORPUS), b, b.seeds)
+    runs = micro_runs / "residual" / "runs"
+    assert reuse.check_grid(specs, runs, rerun=False) == set()
+    monkeypatch.setattr(reuse, "load_corpus", lambda spec, *a: Corpus(spec, "edited text", ()))
+    with pytest.raises(UserError, match="was trained on another text of"):
+        reuse.check_grid(specs, runs, rerun=False)
+    assert reuse.check_grid(specs, runs, rerun=True) == {s.name for s in specs if not s.init_only}
+
+
+@pytest.mark.parametrize("files", [
+    {"summary.md": "my notes", "status.json": '{"mine": 1}'},  # someone's, with our names
+    {"config.json": "{}", "model.safetensors": "x", "metrics.jsonl": ""},  # a training run
+    {"status.json": '{"experiment": "norm-type"}'}])  # another experiment's folder
+def test_an_experiment_writes_only_into_its_own_folder(tmp_path, files):
+    """DIR/NAME holding anything but this experiment's own files is refused before a
+    byte is written: the export would overwrite summary.md and status.json, or fill a
+    training run's folder."""
+    folder = tmp_path / "out" / "residual"
+    folder.mkdir(parents=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    with pytest.raises(UserError, match="is not a 'residual' experiment folder depthlab wrote"):
+        run_experiment("residual", budget="micro", out_dir=tmp_path / "out", corpus=CORPUS,
+                       progress=False, echo=False)
+    assert {p.name: p.read_text() for p in folder.iterdir()} == files
+
+
+def test_ctrl_c_while_exporting_leaves_the_status_interrupted(micro_runs, tmp_path, monkeypatch):
+    """Every run is done and the export is cut short: status.json says interrupted, not
+    running (the page only settles jobs it started), and the same command finishes it."""
+    import shutil
+
+    from depthlab.experiments import EXPORT_FILE, runner
+
+    shutil.copytree(micro_runs / "residual", tmp_path / "residual")
+    (tmp_path / "residual" / EXPORT_FILE).unlink()
+    real = runner.export
+
+    def cut(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner, "export", cut)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("residual", budget="micro", out_dir=tmp_path, corpus=CORPUS,
+                       progress=False, echo=False)
+    status = json.loads((tmp_path / "residual" / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["runs_done"] == status["runs_total"]
+    monkeypatch.setattr(runner, "export", real)
+    run_experiment("residual", budget="micro", out_dir=tmp_path, corpus=CORPUS, progress=False,
+                   echo=False)
+    assert json.loads((tmp_path / "residual" / "status.json").read_text())["state"] == "done"
+    assert (tmp_path / "residual" / EXPORT_FILE).exists()

@@ -423,6 +423,61 @@ def test_a_run_with_a_long_context_generates_and_is_probed(tmp_path, capsys):
     assert code == 0, err
 
 
+def test_resume_refuses_an_edited_corpus(tmp_path, capsys):
+    """The text is read again on --resume; an edited file (other characters, so other
+    token ids) is refused by name before anything is written, and the original resumes."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(Path(TEXT).read_text(encoding="utf-8"), encoding="utf-8")
+    argv = ["train", "--preset", "tiny", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+            "--no-progress"]
+    assert cli([*argv, "--max-steps", "4"], capsys)[0] == 130  # stopped, resumable
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    corpus.write_text(corpus.read_text(encoding="utf-8").replace("Z", "~"), encoding="utf-8")
+    code, err = cli([*argv, "--resume"], capsys)
+    assert code == 2 and "--resume needs the corpus the run was trained on" in err
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+    corpus.write_text(Path(TEXT).read_text(encoding="utf-8"), encoding="utf-8")
+    assert cli([*argv, "--resume", "--max-steps", "6"], capsys)[0] == 130
+
+
+def test_a_stop_between_log_steps_keeps_the_cpu_seconds_of_the_steps_before_it(tmp_path,
+                                                                              monkeypatch):
+    """cpu_s on a train line counts the steps since the previous line, and the sum of cpu_s
+    up to a step is the CPU time to reach it (the speedrun adds them). A stop at step 7
+    with a line every 10 steps left steps 1-7 uncounted; the checkpoint now carries them.
+    The process clock is replaced by one that moves 1 s per reading, two per step."""
+    import depthlab.train.loop as loop
+
+    clock = iter(range(10**6))
+    monkeypatch.setattr(loop.time, "process_time", lambda: float(next(clock)))
+    cfg = config(steps=10, log_every=10, ckpt_every=100, eval_every=100, probe_every=100)
+
+    def cpu_at_10(run: Path) -> float:
+        return next(r["cpu_s"] for r in read_metrics(run) if r["kind"] == "train" and r["step"] == 10)
+    train(cfg, tmp_path / "whole", progress=False)
+    train(cfg, tmp_path / "stopped", progress=False, max_steps=7)
+    train(cfg, tmp_path / "stopped", resume=True, progress=False)
+    assert cpu_at_10(tmp_path / "whole") == cpu_at_10(tmp_path / "stopped") == 10.0
+
+
+def test_a_resume_on_another_thread_count_says_so(tmp_path, capsys, monkeypatch):
+    """config.json records the threads a run trained on; a resume on another count (its
+    CPU sums split another way) is not bit for bit the uninterrupted run, and says so."""
+    import depthlab.train.setup as setup
+
+    argv = ["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(tmp_path / "run"),
+            "--no-progress"]
+    assert cli([*argv, "--max-steps", "3"], capsys)[0] == 130
+    was = json.loads((tmp_path / "run" / "config.json").read_text())["threads_used"]
+    assert was == torch.get_num_threads()
+    code, err = cli([*argv, "--resume", "--max-steps", "5"], capsys)
+    assert code == 130 and "resumes on" not in err
+    monkeypatch.setattr(setup.torch, "get_num_threads", lambda: was + 1)
+    code, err = cli([*argv, "--resume", "--max-steps", "7"], capsys)
+    assert code == 130
+    assert f"trained on {was} thread(s) and resumes on {was + 1}" in err
+
+
 def edited_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     train(config(steps=4, ckpt_every=2), run, progress=False)

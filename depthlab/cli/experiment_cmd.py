@@ -7,6 +7,7 @@ import shlex
 import sys
 
 from depthlab.cli.table import legend, print_lines, table
+from depthlab.corpus import load_corpus
 from depthlab.errors import UserError
 from depthlab.experiments import BUDGETS, EXPERIMENTS, run_experiment
 from depthlab.experiments.spec import parse_seeds
@@ -78,8 +79,6 @@ def handle(args: argparse.Namespace) -> int:
 
     seeds = None if args.seeds is None else parse_seeds(args.seeds)  # bad text: one line, exit 2
     if args.corpus is not None:  # refused before the experiment's folder and status exist
-        from depthlab.corpus import load_corpus
-
         load_corpus(args.corpus)
 
     # Runs go one at a time; each training run applies the rule to its own width, and the

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from depthlab.corpus import load_corpus
 from depthlab.errors import UserError
 from depthlab.experiments.spec import RunSpec
 from depthlab.rundir import (
@@ -34,13 +35,20 @@ class Reuse:
     reason: str = ""  # why not, naming the differing fields
 
 
-def check_run(run_dir: Path, spec: RunSpec) -> Reuse:
+def check_run(run_dir: Path, spec: RunSpec, corpus_sha256: str | None = None) -> Reuse:
+    """Whether a run directory already holds this spec's run: the same config and, where
+    both are known, the same corpus text (the config names the corpus, not its content)."""
     if not (run_dir / CONFIG_FILE).exists():
         return Reuse(True)
     try:
         stored, record = read_config(run_dir)
     except UserError as e:
         return Reuse(False, str(e))
+    corpus = record.get("corpus") if isinstance(record.get("corpus"), dict) else {}
+    recorded = corpus.get("sha256")
+    if corpus_sha256 is not None and isinstance(recorded, str) and recorded != corpus_sha256:
+        return Reuse(False, f"{run_dir} was trained on another text of {corpus.get('spec')!r} "
+                            f"(sha256 {recorded[:12]}..., now {corpus_sha256[:12]}...)")
     if record.get("config_sha256", config_hash(stored)) == config_hash(spec.cfg):
         return Reuse(True)
     changes = config_changes(stored, spec.cfg)
@@ -52,8 +60,12 @@ def check_grid(specs: list[RunSpec], runs_root: Path, rerun: bool) -> set[str]:
     """The names of the runs to train again from scratch (only with rerun); without
     rerun, a run directory of another config is a UserError naming the fields."""
     stale = {}
+    texts: dict[tuple[str, bool], str] = {}  # each corpus read once, for its sha256
     for spec in specs:
-        reuse = check_run(runs_root / spec.name, spec)
+        key = (spec.cfg.data.corpus, spec.cfg.data.separate_documents)
+        if key not in texts and (runs_root / spec.name / CONFIG_FILE).exists():
+            texts[key] = load_corpus(*key).sha256
+        reuse = check_run(runs_root / spec.name, spec, texts.get(key))
         if not reuse.matches:
             stale[spec.name] = reuse.reason
     if stale and not rerun:

@@ -33,7 +33,7 @@ from depthlab.experiments.spec import (
 from depthlab.metrics import MetricsWriter, read_metrics
 from depthlab.outdir import RUN, Claim, check_location, clear_run, survey, write_marker
 from depthlab.progress import Progress
-from depthlab.rundir import atomic_write_text, remove_leftovers, write_config
+from depthlab.rundir import atomic_write_text, is_leftover, remove_leftovers, run_contents, write_config
 
 STATUS_FILE = "status.json"
 
@@ -167,6 +167,7 @@ def run_experiment(
         f" --corpus {corpus}" if corpus else "")
     settings = {"budget": budget, "seeds": None if seeds is None else list(seed_list(seeds)),
                 "corpus": corpus}
+    check_experiment_folder(root, name)
     with Claim(root, "experiment folder"):
         stale = reuse.check_grid(specs, root / "runs", rerun)
         say = print if echo else (lambda *a, **k: None)
@@ -174,9 +175,37 @@ def run_experiment(
         status = Status(root, name, len(specs))
         status.update()
         trained_now = run_grid(name, specs, root, stale, status, progress, say)
-        export(exp, specs, root, b, trained_now, cmd, settings, say)
-        status.update(state="done", runs_done=len(specs), current_run=None)
+        status.update(state="exporting", runs_done=len(specs), current_run=None)
+        try:
+            export(exp, specs, root, b, trained_now, cmd, settings, say)
+        except KeyboardInterrupt:  # every run is done; the same command exports again
+            status.update(state="interrupted",
+                          message="interrupted while exporting; run the same command again")
+            raise
+        except BaseException as e:
+            status.update(state="failed", message=f"{type(e).__name__}: {e}")
+            raise
+        status.update(state="done")
     return root
+
+
+def check_experiment_folder(root: Path, name: str) -> None:
+    """DIR/NAME must be missing, empty, or this experiment's folder as depthlab writes it
+    (its status.json or experiment.json names it): never a training run, nor someone's
+    files, which the export would overwrite (summary.md, status.json) or sit beside."""
+    names = [n for n in run_contents(root) if not is_leftover(n)]
+    if not names:
+        return
+    for record in (STATUS_FILE, reuse.RECORD_FILE):
+        try:
+            data = json.loads((root / record).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("experiment") == name:
+            return
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    raise UserError(f"{root}: holds {shown}, which is not a {name!r} experiment folder "
+                    "depthlab wrote; choose another --out (nothing was changed)")
 
 
 def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], status: Status,

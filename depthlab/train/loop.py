@@ -109,7 +109,10 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
         if advice and rt.is_main:
             print(advice, file=sys.stderr)
     st = LoopState(step=run.start_step, saved_step=run.start_step if ckpt else None,
-                   rate_from=run.start_step)
+                   rate_from=run.start_step,
+                   # the CPU seconds of steps the checkpoint holds but no train line has
+                   # counted yet (a stop between two log steps)
+                   cpu_s=float(ckpt.state.get("cpu_s_pending", 0.0)) if ckpt else 0.0)
     loop_start = time.time()
     _run_steps(run, st, progress, max_steps, on_step)
     elapsed = time.time() - started

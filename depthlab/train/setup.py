@@ -7,6 +7,7 @@ the run directory's config and log, and the wrapped forward the steps call.
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from depthlab.memory import check_fits
 from depthlab.metrics import MetricsWriter, truncate_after
 from depthlab.model import Transformer
 from depthlab.outdir import RUN, write_marker
-from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, write_config
+from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, read_config, write_config
 from depthlab.tokenizer import TokenData, prepare_data
 from depthlab.train import batches, runtime, step_reads
 from depthlab.train.checkpoint import STATE_FILE, Checkpoint
@@ -159,6 +160,7 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
     start_step = 0
     if ckpt is not None:
+        check_same_data(run_dir, data)
         restore(optimizer, ckpt)
         start_step = ckpt.step
     writer = _open_log(cfg, run_dir, rt, data, ckpt, start_step) if rt.is_main else None
@@ -177,6 +179,25 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
         reads=step_reads.StepReads(rt.device), fwd_hooks=fwd_hooks)
 
 
+def check_same_data(run_dir: Path, data: TokenData) -> None:
+    """A resume reads the corpus again and rebuilds its tokenizer from it: refuse when the
+    text is not the one the run recorded (an edited file gives other token ids, and the
+    run's tokenizer.json, which generate decodes with, would no longer match the weights)."""
+    record = read_config(run_dir)[1]
+    corpus = record.get("corpus") if isinstance(record.get("corpus"), dict) else {}
+    recorded = corpus.get("sha256")
+    if isinstance(recorded, str) and recorded != data.corpus_sha256:
+        raise UserError(f"{run_dir}: --resume needs the corpus the run was trained on: "
+                        f"{corpus.get('spec')!r} now has sha256 {data.corpus_sha256[:12]}..., "
+                        f"the run recorded {recorded[:12]}...; nothing was changed. Restore "
+                        "that text, or pass --overwrite to start over")
+    was, now = record.get("threads_used"), torch.get_num_threads()
+    if isinstance(was, int) and was != now:  # a CPU sum split another way rounds otherwise
+        print(f"depthlab: note: {run_dir} trained on {was} thread(s) and resumes on {now}; "
+              f"from here its numbers may differ in the last bits from an uninterrupted run "
+              f"(--threads {was} keeps them bit for bit)", file=sys.stderr)
+
+
 def _open_log(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData,
               ckpt: Checkpoint | None, start_step: int) -> MetricsWriter:
     """A fresh run writes config.json and tokenizer.json and starts a fresh log; a resumed
@@ -189,7 +210,7 @@ def _open_log(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData,
                                 "vocab_size": data.vocab_size},
                      corpus={"spec": cfg.data.corpus, "sha256": data.corpus_sha256,
                              "train_tokens": len(data.train), "val_tokens": len(data.val)},
-                     world_size=rt.world)
+                     world_size=rt.world, threads_used=torch.get_num_threads())
         data.tokenizer.save(run_dir / TOKENIZER_FILE)
         (run_dir / METRICS_FILE).unlink(missing_ok=True)
     else:

@@ -191,7 +191,7 @@ class Runs:
         status = _read_json(path)
         if DirLock.holder(path.parent) is not None:
             status = None  # another live process (a `depthlab experiment` run) owns it now
-        if status is not None and status.get("state") == "running":
+        if status is not None and status.get("state") in ("running", "exporting"):
             status.update(state="interrupted", updated_at=_now(),
                           message=f"interrupted: {why}; start it again to resume")
             atomic_write_text(path, json.dumps(status))
