@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from depthlab import __version__
-from depthlab.atomic import atomic_write_text
+from depthlab.atomic import DIR_MODE, atomic_write_text
 from depthlab.errors import UserError
 from depthlab.rundir import (
     CONFIG_FILE,
@@ -332,9 +332,7 @@ def stage_dir(out_dir: Path) -> Path:
     `publish` puts it in place."""
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name[:80]}.", suffix=".tmp",
                                   dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; a run directory is not
+    stage.chmod(DIR_MODE)  # mkdtemp makes it private; a run directory is not
     return stage
 
 

@@ -533,3 +533,46 @@ def test_fields_added_later_keep_old_hashes_at_their_old_value_and_count_otherwi
         assert getattr(getattr(cfg, section), field) == old
     changed = replace(cfg, model=replace(cfg.model, value_residual=True))
     assert config_hash(changed) != config_hash(cfg)
+
+
+def test_a_runs_files_have_the_mode_open_would_give_them(tmp_path):
+    """mkstemp and mkdtemp make 0600 files and 0700 folders; a run directory (weights,
+    config, tokenizer, checkpoints) is no secret: every file and folder gets the umask's
+    mode, as metrics.jsonl, written by open(), always had."""
+    import stat
+
+    from depthlab.atomic import DIR_MODE, FILE_MODE
+
+    train(config(steps=2, ckpt_every=1), tmp_path / "run", progress=False)
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode)
+             for p in (tmp_path / "run").rglob("*") if p.name != ".lock"}
+    from depthlab.train.checkpoint import STATE_FILE
+    assert any(k.endswith(f"step_0000002/{STATE_FILE}") for k in modes)
+    assert {k: v for k, v in modes.items()
+            if v != (DIR_MODE if (tmp_path / k).is_dir() else FILE_MODE)} == {}
+
+
+SIGTERM_BEFORE_THE_FIRST_STEP = """
+import os, signal, sys
+import depthlab.train.setup as setup
+real = setup.prepare_data
+def terminated(*a, **k):  # the signal arrives while the corpus is being read
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*a, **k)
+setup.prepare_data = terminated
+from depthlab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_before_the_first_step_is_a_clean_interrupt(tmp_path):
+    """SIGTERM during start-up was the default action: exit 143, no message, an --out
+    holding only its lock. It is now Ctrl-C's: one line, exit 130, nothing left."""
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", SIGTERM_BEFORE_THE_FIRST_STEP, "train",
+                           "--preset", "tiny", "--corpus", TEXT, "--out", str(out),
+                           "--no-progress"], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "depthlab: interrupted"
+    assert not out.exists()

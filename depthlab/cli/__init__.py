@@ -7,7 +7,9 @@ server) happen inside the handlers so `depthlab --help` answers at once.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 
 from depthlab import __version__
 from depthlab.cli.common import Parser, run_handler
@@ -40,6 +42,10 @@ def build_parser() -> Parser:
     return parser
 
 
+def _terminate_as_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -47,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         print("depthlab: error: name a command (listed above)", file=sys.stderr)
         return 2
+    # SIGTERM as Ctrl-C everywhere, not only inside the training loop (which stops at the
+    # next step and saves): before the first step it killed the process and left an --out
+    # holding only its lock; now the same cleanup runs and the exit is 130
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     return run_handler(args)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from depthlab.atomic import atomic_write
+from depthlab.atomic import DIR_MODE, atomic_write
 from depthlab.rundir import WEIGHTS_FILE, load_weights, save_weights
 from depthlab.train.optim import Optimizer
 
@@ -60,6 +60,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    os.chmod(tmp, DIR_MODE)  # mkdtemp's folder is private; a checkpoint is not
     try:
         save_weights(tmp, model)
         state = {"step": step, "optimizer": optimizer.state_dict(),

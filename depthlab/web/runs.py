@@ -7,9 +7,9 @@ offer "run it now" with live progress without blocking the server.
 
 A started run is recorded in `RUNS/.page-NAME.job.json` (its PID and the kernel's
 start time of that PID), so the record outlives the server. A run can end without
-writing its last status: the server stops it on shutdown (SIGTERM, which a run outside
-its training loop does not survive to record; SIGKILL after 5 s), or the server and
-the run are both killed. So
+writing its last status: the server stops it on shutdown (SIGTERM, which the run takes
+as Ctrl-C and records when it can; SIGKILL after 5 s), or the server and the run are
+both killed. So
 whenever a recorded run is found gone while its status.json still says "running"
 (at shutdown, at the next start-up, at a status request) the status is rewritten
 as "interrupted". A run still alive after its server died (kill -9 of the server
