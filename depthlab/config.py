@@ -245,6 +245,16 @@ class TrainConfig:
     muon_momentum: float = 0.95
 
 
+def refuse_hf_config(raw: Any, where: str) -> None:
+    """A Hugging Face config.json (model_type, architectures) given where a depthlab
+    config or run is expected: say what it is and which command takes it."""
+    if isinstance(raw, dict) and ("model_type" in raw or "architectures" in raw) and (
+            set(raw) - set(_SECTION_TYPES)):
+        raise ConfigError(f"{where}: a Hugging Face config.json, not a depthlab config or run; "
+                          "`depthlab hf import FOLDER --out RUN` makes a run of its checkpoint, "
+                          "`depthlab anatomy FILE` describes it")
+
+
 @dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -266,6 +276,7 @@ class Config:
                               f"train, got {got}")
         unknown = set(raw) - set(_SECTION_TYPES)
         if unknown:
+            refuse_hf_config(raw, "this file")
             raise ConfigError(
                 f"unknown config section {sorted(unknown)[0]!r}; allowed: model, data, train"
             )
@@ -282,6 +293,7 @@ class Config:
         raw = read_json_object(path, "no such config file", ConfigError)
         # A run's config.json carries provenance next to the config itself.
         raw = raw.get("config", raw)
+        refuse_hf_config(raw, str(path))
         return cls.from_dict(raw)
 
 

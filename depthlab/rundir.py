@@ -27,7 +27,7 @@ from typing import Any
 
 from depthlab import __version__
 from depthlab.atomic import atomic_write, atomic_write_text  # re-exported: callers import them here
-from depthlab.config import Config, diff, flatten
+from depthlab.config import Config, diff, flatten, refuse_hf_config
 from depthlab.errors import UserError, read_json_object
 from depthlab.memory import check_fits
 
@@ -222,6 +222,7 @@ def read_config(run_dir: Path) -> tuple[Config, dict[str, Any]]:
     if not Path(run_dir).is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     record = read_json_object(path, f"missing; is {run_dir} a depthlab run directory?")
+    refuse_hf_config(record, str(path))
     return Config.from_dict(record.get("config", record)), record
 
 

@@ -158,3 +158,24 @@ def test_a_full_disk_is_one_line_naming_what_resume_finds(tmp_path, monkeypatch,
     assert main(["train", "--config", str(config), "--out", str(target), "--resume",
                  "--no-progress"]) == 0
     assert [s for s, _ in checkpoint_dirs(target)][-1] == 6
+
+
+def test_a_hugging_face_config_is_named_as_one(tmp_path, capsys):
+    """An exported or downloaded checkpoint's config.json given as a config or a run said
+    "unknown config section 'architectures'"; it now names the file, what it is and the
+    commands that take it."""
+    import json
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"],
+                                                    "model_type": "llama", "hidden_size": 64}))
+    for argv in (["model", "describe", "--config", str(folder / "config.json")],
+                 ["generate", "--run", str(folder), "--prompt-ids", "1"],
+                 ["train", "--config", str(folder / "config.json"), "--corpus", TEXT,
+                  "--out", str(tmp_path / "out")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"depthlab: error: {folder / 'config.json'}: a Hugging Face "
+                              "config.json") and "depthlab hf import" in err, argv
+    assert not (tmp_path / "out").exists()

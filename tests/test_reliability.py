@@ -576,3 +576,14 @@ def test_sigterm_before_the_first_step_is_a_clean_interrupt(tmp_path):
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "depthlab: interrupted"
     assert not out.exists()
+
+
+def test_a_resume_that_stops_before_evaluating_reports_the_last_evaluation(tmp_path):
+    """The summary's val loss was None (printed '-') when a resumed run stopped before
+    its own first evaluation; it is the log's last one, as for a finished run."""
+    cfg = config(steps=10, eval_every=3, ckpt_every=100, probe_every=100)
+    train(cfg, tmp_path / "run", progress=False, max_steps=3)
+    evals = read_metrics(tmp_path / "run", "eval")
+    assert [r["step"] for r in evals][-1] == 3
+    summary = train(cfg, tmp_path / "run", resume=True, progress=False, max_steps=1)
+    assert summary.step == 4 and summary.val_loss == evals[-1]["val_loss"]

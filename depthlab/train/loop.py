@@ -113,6 +113,8 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
                    # the CPU seconds of steps the checkpoint holds but no train line has
                    # counted yet (a stop between two log steps)
                    cpu_s=float(ckpt.state.get("cpu_s_pending", 0.0)) if ckpt else 0.0)
+    if ckpt is not None:  # a resume that stops before its first evaluation still has one
+        st.train_loss, st.val_loss = _last_losses(run_dir)
     loop_start = time.time()
     _run_steps(run, st, progress, max_steps, on_step)
     elapsed = time.time() - started
@@ -194,11 +196,16 @@ def _values_needed(step: int, run: Run) -> bool:
             or step % tc.eval_every == 0 or probe_due(step, tc.probe_every, tc.steps))
 
 
+def _last_losses(run_dir: Path) -> tuple[float | None, float | None]:
+    """The last train loss and validation loss the run's log holds."""
+    last = {r["kind"]: r for r in read_metrics(run_dir) if r["kind"] in ("train", "eval")}
+    return last.get("train", {}).get("loss"), last.get("eval", {}).get("val_loss")
+
+
 def _finished(run_dir: Path, cfg: Config, elapsed: float) -> RunSummary:
     """The summary of a run that had already reached its last step; nothing is written."""
-    last = {r["kind"]: r for r in read_metrics(run_dir) if r["kind"] in ("train", "eval")}
     tc = cfg.train
     return RunSummary(run_dir, "completed", tc.steps, tc.steps,
                       tc.steps * tc.batch_size * tc.grad_accum * tc.seq_len,
-                      last.get("train", {}).get("loss"), last.get("eval", {}).get("val_loss"),
+                      *_last_losses(run_dir),
                       elapsed, 0.0, f"already finished at step {tc.steps}; nothing changed", cfg)
