@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -54,6 +55,19 @@ class Status:
         if force or time.monotonic() - self._last_write > 0.5:
             atomic_write_text(self.path, json.dumps(self.state))
             self._last_write = time.monotonic()
+
+    @contextmanager
+    def recording_the_end(self, on_interrupt: str) -> Iterator[None]:
+        """Whatever stops the work inside is written down before it propagates: Ctrl-C
+        (or SIGTERM) as interrupted, with `on_interrupt`; an error as failed."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.update(state="interrupted", message=on_interrupt)
+            raise
+        except BaseException as e:
+            self.update(state="failed", message=f"{type(e).__name__}: {e}")
+            raise
 
 
 def is_finished(run_dir: Path, spec: RunSpec) -> bool:
@@ -176,15 +190,9 @@ def run_experiment(
         status.update()
         trained_now = run_grid(name, specs, root, stale, status, progress, say)
         status.update(state="exporting", runs_done=len(specs), current_run=None)
-        try:
+        # every run is done; the same command exports again
+        with status.recording_the_end("interrupted while exporting; run the same command again"):
             export(exp, specs, root, b, trained_now, cmd, settings, say)
-        except KeyboardInterrupt:  # every run is done; the same command exports again
-            status.update(state="interrupted",
-                          message="interrupted while exporting; run the same command again")
-            raise
-        except BaseException as e:
-            status.update(state="failed", message=f"{type(e).__name__}: {e}")
-            raise
         status.update(state="done")
     return root
 
@@ -194,7 +202,7 @@ def check_experiment_folder(root: Path, name: str) -> None:
     (its status.json or experiment.json names it): never a training run, nor someone's
     files, which the export would overwrite (summary.md, status.json) or sit beside."""
     names = [n for n in run_contents(root) if not is_leftover(n)]
-    if not names:
+    if names in ([], ["runs"]):  # nothing, or only its runs (each one guards itself)
         return
     for record in (STATUS_FILE, reuse.RECORD_FILE):
         try:
@@ -215,34 +223,28 @@ def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], statu
     trained_now = False
     bar = Progress(len(specs), desc=name, unit="run", enabled=progress, each_item=True,
                    weights=[planned_work(s) for s in specs])
-    try:
-        for i, spec in enumerate(specs):
-            run_dir = root / "runs" / spec.name
-            status.update(runs_done=i, current_run=spec.name, step=0,
-                          steps=0 if spec.init_only else spec.cfg.train.steps)
-            if spec.name not in stale and is_finished(run_dir, spec):
-                bar.skip(i + 1)
-                continue
-            trained_now = True
-            if spec.init_only:
-                init_probe_run(spec, run_dir)
-                bar.report(i + 1, run=f"{spec.name} measured at init")
-                continue
-            if spec.trainer is not None:
-                own_run(run_dir, partial(spec.trainer, spec.cfg, run_dir))
-                bar.report(i + 1, run=f"{spec.name} trained by {spec.trainer.__module__}")
-                continue
-            train_run(spec, run_dir, f"{name} {i + 1}/{len(specs)} {spec.name}",
-                      spec.name in stale, status, bar, i + 1, progress, say)
-    except KeyboardInterrupt:
-        status.update(state="interrupted",
-                      message="interrupted; run the same command again to resume")
-        raise
-    except BaseException as e:
-        status.update(state="failed", message=f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        bar.close()
+    with status.recording_the_end("interrupted; run the same command again to resume"):
+        try:
+            for i, spec in enumerate(specs):
+                run_dir = root / "runs" / spec.name
+                status.update(runs_done=i, current_run=spec.name, step=0,
+                              steps=0 if spec.init_only else spec.cfg.train.steps)
+                if spec.name not in stale and is_finished(run_dir, spec):
+                    bar.skip(i + 1)
+                    continue
+                trained_now = True
+                if spec.init_only:
+                    init_probe_run(spec, run_dir)
+                    bar.report(i + 1, run=f"{spec.name} measured at init")
+                    continue
+                if spec.trainer is not None:
+                    own_run(run_dir, partial(spec.trainer, spec.cfg, run_dir))
+                    bar.report(i + 1, run=f"{spec.name} trained by {spec.trainer.__module__}")
+                    continue
+                train_run(spec, run_dir, f"{name} {i + 1}/{len(specs)} {spec.name}",
+                          spec.name in stale, status, bar, i + 1, progress, say)
+        finally:
+            bar.close()
     return trained_now
 
 
