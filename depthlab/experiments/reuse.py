@@ -44,16 +44,16 @@ def check_run(run_dir: Path, spec: RunSpec, corpus_sha256: str | None = None) ->
         stored, record = read_config(run_dir)
     except UserError as e:
         return Reuse(False, str(e))
+    if record.get("config_sha256", config_hash(stored)) != config_hash(spec.cfg):
+        changes = config_changes(stored, spec.cfg)
+        shown = describe_changes(changes) if changes else "its recorded config hash"
+        return Reuse(False, f"{run_dir} was trained with another config: {shown}")
     corpus = record.get("corpus") if isinstance(record.get("corpus"), dict) else {}
     recorded = corpus.get("sha256")
     if corpus_sha256 is not None and isinstance(recorded, str) and recorded != corpus_sha256:
         return Reuse(False, f"{run_dir} was trained on another text of {corpus.get('spec')!r} "
                             f"(sha256 {recorded[:12]}..., now {corpus_sha256[:12]}...)")
-    if record.get("config_sha256", config_hash(stored)) == config_hash(spec.cfg):
-        return Reuse(True)
-    changes = config_changes(stored, spec.cfg)
-    shown = describe_changes(changes) if changes else "its recorded config hash"
-    return Reuse(False, f"{run_dir} was trained with another config: {shown}")
+    return Reuse(True)
 
 
 def check_grid(specs: list[RunSpec], runs_root: Path, rerun: bool) -> set[str]:
