@@ -113,7 +113,7 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
                    # the CPU seconds of steps the checkpoint holds but no train line has
                    # counted yet (a stop between two log steps)
                    cpu_s=float(ckpt.state.get("cpu_s_pending", 0.0)) if ckpt else 0.0)
-    if ckpt is not None:  # a resume that stops before its first evaluation still has one
+    if ckpt is not None and rt.is_main:  # a resume that stops before evaluating has one
         st.train_loss, st.val_loss = _last_losses(run_dir)
     loop_start = time.time()
     _run_steps(run, st, progress, max_steps, on_step)

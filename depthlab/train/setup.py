@@ -160,7 +160,7 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
     start_step = 0
     if ckpt is not None:
-        check_same_data(run_dir, data)
+        check_same_data(run_dir, data, note=rt.is_main)
         restore(optimizer, ckpt)
         start_step = ckpt.step
     writer = _open_log(cfg, run_dir, rt, data, ckpt, start_step) if rt.is_main else None
@@ -179,10 +179,12 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
         reads=step_reads.StepReads(rt.device), fwd_hooks=fwd_hooks)
 
 
-def check_same_data(run_dir: Path, data: TokenData) -> None:
+def check_same_data(run_dir: Path, data: TokenData, note: bool = True) -> None:
     """A resume reads the corpus again and rebuilds its tokenizer from it: refuse when the
     text is not the one the run recorded (an edited file gives other token ids, and the
-    run's tokenizer.json, which generate decodes with, would no longer match the weights)."""
+    run's tokenizer.json, which generate decodes with, would no longer match the weights).
+    `note` (the main rank): say so when the thread count differs from the one it trained
+    on, which keeps the run going but not bit for bit."""
     record = read_config(run_dir)[1]
     corpus = record.get("corpus") if isinstance(record.get("corpus"), dict) else {}
     recorded = corpus.get("sha256")
@@ -192,7 +194,7 @@ def check_same_data(run_dir: Path, data: TokenData) -> None:
                         f"the run recorded {recorded[:12]}...; nothing was changed. Restore "
                         "that text, or pass --overwrite to start over")
     was, now = record.get("threads_used"), torch.get_num_threads()
-    if isinstance(was, int) and was != now:  # a CPU sum split another way rounds otherwise
+    if note and isinstance(was, int) and was != now:  # CPU sums split another way round otherwise
         print(f"depthlab: note: {run_dir} trained on {was} thread(s) and resumes on {now}; "
               f"from here its numbers may differ in the last bits from an uninterrupted run "
               f"(--threads {was} keeps them bit for bit)", file=sys.stderr)
