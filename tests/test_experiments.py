@@ -501,7 +501,8 @@ def test_finished_runs_of_an_edited_corpus_are_not_reused(micro_runs, monkeypatc
 @pytest.mark.parametrize("files", [
     {"summary.md": "my notes", "status.json": '{"mine": 1}'},  # someone's, with our names
     {"config.json": "{}", "model.safetensors": "x", "metrics.jsonl": ""},  # a training run
-    {"status.json": '{"experiment": "norm-type"}'}])  # another experiment's folder
+    {"status.json": '{"experiment": "norm-type"}'},  # another experiment's folder
+    {"export.json": '{"experiment": "norm-type"}', "notes.txt": "mine"}])
 def test_an_experiment_writes_only_into_its_own_folder(tmp_path, files):
     """DIR/NAME holding anything but this experiment's own files is refused before a
     byte is written: the export would overwrite summary.md and status.json, or fill a
@@ -514,6 +515,17 @@ def test_an_experiment_writes_only_into_its_own_folder(tmp_path, files):
         run_experiment("residual", budget="micro", out_dir=tmp_path / "out", corpus=CORPUS,
                        progress=False, echo=False)
     assert {p.name: p.read_text() for p in folder.iterdir()} == files
+
+
+def test_a_copied_export_of_the_experiment_is_measured_again(tmp_path, monkeypatch):
+    """A folder holding only this experiment's export.json (copied from docs/results for
+    the page) is its folder: the experiment runs into it."""
+    folder = tmp_path / "out" / "init-gradients"
+    folder.mkdir(parents=True)
+    (folder / "export.json").write_text('{"experiment": "init-gradients"}')
+    run_experiment("init-gradients", budget="micro", out_dir=tmp_path / "out", corpus=CORPUS,
+                   progress=False, echo=False)
+    assert json.loads((folder / "status.json").read_text())["state"] == "done"
 
 
 def test_ctrl_c_while_exporting_leaves_the_status_interrupted(micro_runs, tmp_path, monkeypatch):

@@ -199,12 +199,13 @@ def run_experiment(
 
 def check_experiment_folder(root: Path, name: str) -> None:
     """DIR/NAME must be missing, empty, or this experiment's folder as depthlab writes it
-    (its status.json or experiment.json names it): never a training run, nor someone's
-    files, which the export would overwrite (summary.md, status.json) or sit beside."""
+    (its status.json, experiment.json or export.json names it: a copied export, to be
+    measured again, included): never a training run, nor someone's files, which the
+    export would overwrite (summary.md, status.json) or sit beside."""
     names = [n for n in run_contents(root) if not is_leftover(n)]
     if names in ([], ["runs"]):  # nothing, or only its runs (each one guards itself)
         return
-    for record in (STATUS_FILE, reuse.RECORD_FILE):
+    for record in (STATUS_FILE, reuse.RECORD_FILE, EXPORT_FILE):
         try:
             data = json.loads((root / record).read_text(encoding="utf-8"))
         except (OSError, ValueError):
