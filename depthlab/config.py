@@ -276,7 +276,6 @@ class Config:
                               f"train, got {got}")
         unknown = set(raw) - set(_SECTION_TYPES)
         if unknown:
-            refuse_hf_config(raw, "this file")
             raise ConfigError(
                 f"unknown config section {sorted(unknown)[0]!r}; allowed: model, data, train"
             )
