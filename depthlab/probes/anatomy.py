@@ -183,7 +183,7 @@ def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> 
     _check_tokens(tokens)
     m = validate_model(model_of(raw))
     tc = text_config(raw)
-    counts = hybrid_counts(raw)
+    counts = hybrid_counts(raw, m)
     kinds = layer_types(tc)
     n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
     share, text_share = ffn_shares(counts)

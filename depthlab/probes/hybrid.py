@@ -15,8 +15,7 @@ from typing import Any
 
 from depthlab.config import ModelConfig
 from depthlab.errors import UserError
-from depthlab.hf.config_map import model_config_from_hf, text_config
-from depthlab.hf.mapping import ANATOMY
+from depthlab.hf.config_map import text_config
 
 FULL, LINEAR = "full_attention", "linear_attention"
 
@@ -104,10 +103,10 @@ def mtp_layer(m: ModelConfig, tc: dict[str, Any]) -> int:
     return 2 * d * d + 2 * d + (attn["attention"] + attn["norm"] + ffn(tc) + 2 * d) + d
 
 
-def hybrid_counts(raw: dict[str, Any]) -> dict[str, int]:
-    """Parameters by component of the whole checkpoint."""
+def hybrid_counts(raw: dict[str, Any], m: ModelConfig) -> dict[str, int]:
+    """Parameters by component of the whole checkpoint; `m` is the model the Hugging Face
+    mapping reads from `raw` (its full-attention layers' heads and head size)."""
     tc = text_config(raw)
-    m = model_config_from_hf(raw, ANATOMY)[0]
     d, V = _int(tc, "hidden_size"), _int(tc, "vocab_size")
     kinds = layer_types(tc)
     n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
