@@ -91,3 +91,26 @@ def test_real_model_figures_are_rendered_from_the_committed_numbers():
     page = (ROOT / "docs" / "real-models.md").read_text(encoding="utf-8")
     said = page[page.index(script.START):page.index(script.END) + len(script.END)]
     assert said == script.section(numbers)
+
+
+TABLE_ROW = re.compile(r"^\|.*\|\s*$", re.M)
+CELL_LIMIT = 300  # characters: a longer cell is prose that belongs under the table
+
+
+def table_cells(text: str) -> list[str]:
+    """The cells of every Markdown table row outside fenced code (an escaped \\| stays in its cell)."""
+    cells = []
+    for row in TABLE_ROW.findall(FENCE.sub("", text)):
+        cells += [c.strip() for c in re.split(r"(?<!\\)\|", row.strip()[1:-1])]
+    return cells
+
+
+def test_table_cells_splits_rows_and_keeps_escaped_bars():
+    assert table_cells("| a | b \\| c |\n| --- | --- |\ntext | not a row\n```\n| x |\n```\n") == [
+        "a", "b \\| c", "---", "---"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_table_cell_reads_as_a_paragraph(page):
+    long = [c[:60] + "..." for c in table_cells(page.read_text(encoding="utf-8")) if len(c) > CELL_LIMIT]
+    assert not long, f"{page.name}: cells over {CELL_LIMIT} characters: {long}"
