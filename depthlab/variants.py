@@ -162,10 +162,6 @@ PLACEMENTS = ("pre", "post", "sandwich", "output")
 FFNS = ("relu", "gelu", "swiglu")
 
 
-def residual_spec(key: str) -> ResidualSpec:
-    return RESIDUAL_SPECS[key]
-
-
 def keys_where(predicate: Callable[[ResidualSpec], bool]) -> tuple[str, ...]:
     """The residual keys whose spec satisfies `predicate`, in registry order."""
     return tuple(k for k, s in RESIDUAL_SPECS.items() if predicate(s))

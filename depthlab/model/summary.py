@@ -38,10 +38,9 @@ SHORTCUT_PREFIXES = ("embed_shortcuts.", "backout.")  # the model's own stream s
 BLOCK_SHORTCUTS = ("x0_mix", "unet_skip")  # those a block holds for its input
 
 
-# The data-flow stages that hold parameters, in the order of a Pre-Norm forward pass;
-# a block's stages sit between positions and final_norm, once per block.
-TOP_STAGES = ("embedding", "positions", "final_norm", "lm_head")
-BLOCK_STAGES = ("attn_norm", "attention", "attn_residual", "ffn_norm", "ffn", "ffn_residual")
+# The data-flow stages that hold parameters, in the order of a Pre-Norm forward pass:
+# embedding, positions, then once per block attn_norm, attention, attn_residual, ffn_norm,
+# ffn, ffn_residual, then final_norm and lm_head. A block's stage by its parameter's prefix:
 _BLOCK_PARTS = (("attn_norm_", "attn_norm"), ("attn_residual.", "attn_residual"),
                 ("x0_mix.", "attn_residual"), ("unet_skip.", "attn_residual"),
                 ("attn.", "attention"), ("mlp_norm_", "ffn_norm"),
@@ -49,7 +48,7 @@ _BLOCK_PARTS = (("attn_norm_", "attn_norm"), ("attn_residual.", "attn_residual")
 
 
 def stage_of(param_name: str) -> str:
-    """The data-flow stage a parameter belongs to (TOP_STAGES, BLOCK_STAGES): a sublayer's
+    """The data-flow stage a parameter belongs to (the list above): a sublayer's
     norms (in, out or post, whatever the placement) are its *_norm stage; QK-norm sits
     inside attention; a residual variant's learned scalars are its *_residual stage, and
     so are the shortcuts on the block's input (x0_mix, unet_skip); smear is part of the
@@ -76,7 +75,7 @@ class ParameterCount:
 
     by_component: dict[str, int]
     block: dict[str, int]  # the last block's, by component, plus "total"
-    by_stage: dict[str, int]  # TOP_STAGES whole, BLOCK_STAGES of the last block
+    by_stage: dict[str, int]  # the top stages whole, the block stages of the last block
     stage_totals: dict[str, int]  # every stage over the whole model
 
     @property

@@ -3,7 +3,7 @@ reaches each sublayer or block, and token collapse.
 
 Three callers ask these questions, and all of them read the answers here:
   - `depthlab.probes.real`: a model at init, in float64 (`stream_measures`);
-  - `probe_model` / `probe_run` below: a trained or imported run on the learner's prompt
+  - `probe_model` below: a trained or imported run on the learner's prompt
     (`depthlab probe run`, alias `depthlab hf probe`);
   - the trainer's probe lines in metrics.jsonl (`training_probe`).
 Every stream state passes through `reduce_stream`, so a residual design whose stream is
@@ -13,16 +13,13 @@ wider than [B, T, D] changes the reading in one place.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from depthlab import rundir
 from depthlab.errors import UserError
 from depthlab.hooks import ActivationCache
-from depthlab.memory import check_fits
 from depthlab.model.residual import stream_view
 from depthlab.probes.simulator import mean_cosine, rel_distance
 
@@ -155,18 +152,3 @@ def probe_model(model: Any, ids: list[int]) -> dict[str, Any]:
     return {"kind": "checkpoint", "n_tokens": len(ids), "loss": lm_loss(logits.detach()).item(),
             **stream_measures(cache, L, cache["hook_embed"])}
 
-
-def encode_prompt(run_dir: Path, text: str) -> list[int]:
-    """Token ids of `text` with the run's tokenizer (a Hugging Face or a depthlab one)."""
-    tokenizer = rundir.load_tokenizer(Path(run_dir))
-    if tokenizer is None:
-        raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give token ids with --ids")
-    return tokenizer.encode(text)
-
-
-def probe_run(run_dir: Path, prompt: str | list[int], device: str = "cpu") -> dict[str, Any]:
-    """`probe_model` on a run directory; `prompt` is text (run's tokenizer) or token ids."""
-    model, cfg = rundir.load_model(Path(run_dir), device=device)  # names a missing run first
-    ids = encode_prompt(run_dir, prompt) if isinstance(prompt, str) else list(prompt)
-    check_fits(cfg, device, training=False, seq=max(1, len(ids)), what=f"{run_dir}/config.json")
-    return {"run": str(run_dir), "prompt_ids": ids, **probe_model(model, ids)}
