@@ -46,13 +46,13 @@ from depthlab.experiments.wording import Text, joined, phrase, same
 WIDE = ("wide-no-gate", "wide-gate")  # the pair of Budget.wide, beside the course-scale one
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
     """The course model with and without the gate; where the budget names one, the same
     pair wider and longer (Budget.wide), to see whether a sink forms at all on a CPU."""
     arms = [("no-gate", "no gate", base),
             ("gate", "sigmoid output gate", variant(base, "model.attn_gate=true"))]
-    if b.wide:
-        wide = wide_config(base, b)
+    if budget.wide:
+        wide = wide_config(base, budget)
         shape = (f"d {wide.model.d_model}, context {wide.train.seq_len}, "
                  f"{wide.train.steps} steps")
         arms += [(WIDE[0], f"no gate, {shape}", wide),
@@ -61,15 +61,15 @@ def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     return specs_over_seeds(arms, seeds)
 
 
-def wide_config(base: Config, b: Budget) -> Config:
-    return with_steps(variant(base, *b.wide), b.wide_steps)
+def wide_config(base: Config, budget: Budget) -> Config:
+    return with_steps(variant(base, *budget.wide), budget.wide_steps)
 
 
-def wide_summary(b: Budget) -> str:
+def wide_summary(budget: Budget) -> str:
     """The wide pair's shape for `depthlab experiment --list` ("-" where there is none)."""
-    if not b.wide:
+    if not budget.wide:
         return "-"
-    cfg = wide_config(base_config(b), b)
+    cfg = wide_config(base_config(budget), budget)
     return (f"d {cfg.model.d_model}, {cfg.train.batch_size} x {cfg.train.seq_len} "
             f"@ {cfg.train.steps}")
 
@@ -80,7 +80,7 @@ STYLE = {"no-gate": (BLUE, False), "gate": (GREEN, False), "wide-no-gate": (BLUE
 REAL_COLOR = RED
 
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     base = baselines(results[0].spec.cfg)
     report = Report(charts=pair_loss_charts(arms, base), baselines=base.to_json())
@@ -102,7 +102,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
         report.conclusions.append(sink_sentence(_shape(arms[no][0]), profiles[no],
                                                 profiles[yes]))
     real: dict[int, Profile] = {}
-    if b.real_model:
+    if budget.real_model:
         root = results[0].run_dir.parents[1]
         lengths = sorted({p[0].tokens for p in profiles.values()})
         found = smollm2_profiles(root.parent, results[0].spec.cfg.data, lengths,
@@ -117,7 +117,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
         else:
             report.conclusions.append(found)
     else:
-        report.conclusions.append(phrase("attn-gate.real.skipped", budget=b.name))
+        report.conclusions.append(phrase("attn-gate.real.skipped", budget=budget.name))
     report.charts.append(layer_chart(arms, profiles, real))
     return report
 

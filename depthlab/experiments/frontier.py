@@ -70,16 +70,17 @@ class Plan:
     timing_calls: int
 
 
-def plan(b: Budget) -> Plan:
+def plan(budget: Budget) -> Plan:
     """quick affords the 12-layer stack for the designs and 48 layers for the C8 pair
     only (estimated_seconds keeps it under QUICK_LIMIT_S); the others run every arm at
     both depths (micro shrinks them to 3 and 6 layers for tests)."""
-    if b.name == "quick":
+    if budget.name == "quick":
         shallow = tuple(a for a in ARM_NAMES if a not in C8_PAIR)
-        return Plan(((b.deep, shallow, QUICK_STEPS), (b.deepest, C8_PAIR, QUICK_STEPS)),
+        return Plan(((budget.deep, shallow, QUICK_STEPS), (budget.deepest, C8_PAIR, QUICK_STEPS)),
                     timing_rounds=5, timing_calls=2)
-    rounds, calls = (2, 1) if b.name == "micro" else (b.timing_rounds, 3)
-    return Plan(((b.deep, ARM_NAMES, b.steps), (b.deepest, ARM_NAMES, b.steps)), rounds, calls)
+    rounds, calls = (2, 1) if budget.name == "micro" else (budget.timing_rounds, 3)
+    return Plan(((budget.deep, ARM_NAMES, budget.steps), (budget.deepest, ARM_NAMES, budget.steps)),
+                rounds, calls)
 
 
 def arm_config(base: Config, arm: Arm, depth: int, steps: int) -> Config:
@@ -91,7 +92,7 @@ def arm_config(base: Config, arm: Arm, depth: int, steps: int) -> Config:
                         f"not available in this build: {e}") from None
 
 
-def grid(base: Config, b: Budget, seeds: Seeds,
+def grid(base: Config, budget: Budget, seeds: Seeds,
          only: Collection[str] | None = None) -> list[RunSpec]:
     """Every arm of the budget's plan (or the named subset `only`), each over `seeds`."""
     unknown = sorted(set(only or ()) - set(ARM_NAMES))
@@ -99,7 +100,7 @@ def grid(base: Config, b: Budget, seeds: Seeds,
         raise UserError(f"unknown residual-frontier arm(s) {', '.join(unknown)}; "
                         f"choose from: {', '.join(ARM_NAMES)}")
     arms = []
-    for depth, names, steps in plan(b).depths:
+    for depth, names, steps in plan(budget).depths:
         for name in names:
             if only is not None and name not in only:
                 continue
@@ -122,21 +123,21 @@ def estimated_seconds(p: Plan, seeds: int) -> float:
 
 # --- analysis ------------------------------------------------------------------------
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     """Measure what the logs do not hold (baselines, the benchmark, the learned
     structures), then build the report; the page's data go to frontier.json beside
     export.json."""
     from depthlab.experiments import frontier_learned
 
     base = baselines(results[0].spec.cfg)
-    p = plan(b)
+    p = plan(budget)
     depth = p.depths[0][0]
     bench_specs = {split_arm(r.spec.arm)[1]: r.spec.cfg for r in results
                    if split_arm(r.spec.arm)[0] == depth and r.spec.seed == results[0].spec.seed}
     timing = frontier_timing.time_arms(bench_specs, rounds=p.timing_rounds, calls=p.timing_calls)
     learned = frontier_learned.read_runs(
         [r for r in results if split_arm(r.spec.arm)[1] in frontier_learned.LEARNED_ARMS])
-    report, data = build_report(results, base, timing, learned, b.name)
+    report, data = build_report(results, base, timing, learned, budget.name)
     frontier_learned.write_page_data(results[0].run_dir.parent.parent, data)
     return report
 

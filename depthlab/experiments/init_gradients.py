@@ -26,10 +26,10 @@ COLORS = {"pre-residual": GREEN, "pre-none": RED, "pre-residual-init0.02": ORANG
           "post-residual-init0.02": BLUE}
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
     """The course model with and without residual, and Pre vs Post-Norm at the plain 0.02
     init of Xiong et al. 2020 (the 0.02/sqrt(2L) rule would itself shrink the difference)."""
-    deep = variant(base, f"model.n_layers={b.deep}")
+    deep = variant(base, f"model.n_layers={budget.deep}")
     plain_init = variant(deep, "model.scaled_init=false")
     arms = [
         ("pre-residual", "Pre-Norm, residual", deep),
@@ -41,7 +41,7 @@ def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
     return specs_over_seeds(arms, at_least(seeds, 3), init_only=True)
 
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     curves, ratios = [], {}
     report = Report()
@@ -55,7 +55,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
         report.table["rows"].append([runs[0].spec.label, f"{per_block[0]:.3g}",
                                      f"{per_block[-1]:.3g}", fmt(ratios[arm])])
     report.charts.append(chart(
-        "block_grads", phrase("init-gradients.chart.block_grads", layers=b.deep,
+        "block_grads", phrase("init-gradients.chart.block_grads", layers=budget.deep,
                               seeds=len(arms["pre-residual"])),
         phrase("init-gradients.axis.block"), phrase("init-gradients.axis.grad"), curves,
         y_log=True))

@@ -23,17 +23,17 @@ from depthlab.experiments.wording import Text, phrase, same
 NORM_COLORS = {"layernorm": BLUE, "rmsnorm": GREEN, "rmsnorm_zero_centered": PURPLE}
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
     arms = [(norm, norm, variant(base, f"model.norm={norm}")) for norm in NORM_COLORS]
     return specs_over_seeds(arms, seeds)
 
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     base = baselines(results[0].spec.cfg)
     report = Report(charts=loss_charts(arms, {k: (c, False) for k, c in NORM_COLORS.items()},
                                        base), baselines=base.to_json())
-    timing = time_norms(rounds=b.timing_rounds, calls=2 if b.name == "micro" else 20)
+    timing = time_norms(rounds=budget.timing_rounds, calls=2 if budget.name == "micro" else 20)
     report.table["columns"] = ["norm", "final val loss",
                                f"ms per norm call, fwd+bwd on {'x'.join(map(str, SHAPE))}",
                                "ms per 1-block model step, fwd+bwd"]
@@ -46,15 +46,15 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
     report.conclusions.append(gap_sentence(
         phrase("norm-type.what.zero_vs_plain"), v["rmsnorm"], v["rmsnorm_zero_centered"],
         same("RMSNorm"), phrase("norm-type.name.zero_centred")))
-    report.conclusions.append(timing_sentence(timing, b))
+    report.conclusions.append(timing_sentence(timing, budget))
     return report
 
 
-def timing_sentence(timing: dict, b: Budget) -> Text:
+def timing_sentence(timing: dict, budget: Budget) -> Text:
     n_ln, n_rms = (timing["norm"][k]["thread_median_ms"] for k in ("layernorm", "rmsnorm"))
     b_ln, b_rms = (timing["block"][k]["thread_median_ms"] for k in ("layernorm", "rmsnorm"))
     return phrase(
-        "norm-type.timing", rounds=b.timing_rounds, shape="x".join(map(str, SHAPE)),
+        "norm-type.timing", rounds=budget.timing_rounds, shape="x".join(map(str, SHAPE)),
         n_ln=f"{n_ln:.3f}", n_rms=f"{n_rms:.3f}", norm_ratio=f"{n_ln / n_rms:.2f}",
         b_ln=f"{b_ln:.2f}", b_rms=f"{b_rms:.2f}", block_ratio=f"{b_ln / b_rms:.2f}",
         share=f"{300 * n_ln / b_ln:.0f}")

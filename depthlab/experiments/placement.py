@@ -57,13 +57,13 @@ def arm_name(placement: str, warmup: str, lr: float, high_lr: float) -> str:
     return f"{placement}-{warmup}" + ("" if lr == high_lr else f"-lr{lr:g}")
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
     """Xiong et al. 2020's setting: plain 0.02 init (as in the 2017 Transformer), half the
     deep stack, a high learning rate; the arms differ in placement and warmup only."""
-    warm = max(1, b.steps // 3)
-    common = variant(base, f"model.n_layers={max(2, b.deep // 2)}", "model.scaled_init=false")
+    warm = max(1, budget.steps // 3)
+    common = variant(base, f"model.n_layers={max(2, budget.deep // 2)}", "model.scaled_init=false")
     arms = []
-    for lr in b.lrs:
+    for lr in budget.lrs:
         for placement in ("pre", "post"):
             for warmup in (warm, 0):
                 tag = "warmup" if warmup else "nowarmup"
@@ -166,7 +166,7 @@ def export_lrs(export: dict) -> list[float]:
     return lr[0]["series"][0]["x"] if lr else [1000 * HIGH_LR]
 
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     every = by_arm(results)
     arms = {a: runs for a, runs in every.items() if runs[0].spec.cfg.train.lr == HIGH_LR}
     lrs = sorted({r.spec.cfg.train.lr for r in results})
@@ -198,7 +198,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
     report.conclusions.append(gap_sentence(
         phrase("norm-placement.what.without_warmup"), v["pre-nowarmup"], v["post-nowarmup"],
         same("Pre-Norm"), same("Post-Norm")))
-    report.conclusions.append(collapse_sentence(collapsed, b.eval_every, phrase(
+    report.conclusions.append(collapse_sentence(collapsed, budget.eval_every, phrase(
         "norm-placement.name.seed", who=post_nowarmup, seed=collapsed.spec.seed)))
     return report
 

@@ -53,10 +53,10 @@ def arm_name(depth: int, residual: str) -> str:
     return f"L{depth}-{residual}"
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
-    steps = b.sweep_steps or b.steps
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
+    steps = budget.sweep_steps or budget.steps
     arms = []
-    for depth in b.depths:
+    for depth in budget.depths:
         for res in RESIDUALS:
             label = f"{depth} layer{'s' if depth > 1 else ''}, " + (
                 "residual" if res == "plain" else "no residual")
@@ -92,7 +92,7 @@ def _span(values: list[float]) -> Text:
     return phrase("residual.span.range", lo=f"{lo:+.4f}", hi=f"{hi:+.4f}")
 
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     base = baselines(results[0].spec.cfg)
     depths = sorted({r.spec.cfg.model.n_layers for r in results})
@@ -104,7 +104,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
     report.charts.append(depth_chart(depths, finals, base, seeds))
     report.charts += loss_charts(arms, style, base)
 
-    collapse_depth = b.shallow if b.shallow in depths else depths[-1]
+    collapse_depth = budget.shallow if budget.shallow in depths else depths[-1]
     collapsed = arms[arm_name(collapse_depth, "none")][0]
     report.charts.append(collapse_chart("collapse", collapsed, phrase(
         "residual.name.collapsed", layers=collapse_depth)))
@@ -116,8 +116,8 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
 
     depth_table(report, arms, depths, finals, base)
     report.per_seed = per_seed(arms)
-    report.conclusions += rule_sentences(depths, finals, base, b.sweep_steps or b.steps)
-    report.conclusions.append(collapse_sentence(collapsed, b.eval_every, phrase(
+    report.conclusions += rule_sentences(depths, finals, base, budget.sweep_steps or budget.steps)
+    report.conclusions.append(collapse_sentence(collapsed, budget.eval_every, phrase(
         "residual.name.collapsed_seed", layers=collapse_depth, seed=collapsed.spec.seed)))
     report.conclusions.append(phrase(
         "residual.scored_on", tokens=f"{base.tokens:,}", windows=base.windows,

@@ -173,8 +173,8 @@ def run_experiment(
         raise UserError(f"unknown budget {budget!r}; choose one of: {', '.join(BUDGETS)}")
     if seeds is not None:
         seeds = parse_seeds(seeds if isinstance(seeds, str) else seeds_text(seeds))
-    b = BUDGETS[budget]
-    specs = exp.grid(base_config(b, corpus, threads), b, b.seeds if seeds is None else seeds)
+    sizes = BUDGETS[budget]
+    specs = exp.grid(base_config(sizes, corpus, threads), sizes, sizes.seeds if seeds is None else seeds)
     root = check_location(out_dir) / name
     cmd = command or f"depthlab experiment {name} --budget {budget}" + (
         f" --seeds {seeds_text(seeds)}" if seeds is not None else "") + (
@@ -185,14 +185,14 @@ def run_experiment(
     with Claim(root, "experiment folder"):
         stale = reuse.check_grid(specs, root / "runs", rerun)
         say = print if echo else (lambda *a, **k: None)
-        say(f"{name}: {exp.question}\nbudget {budget}: {b.about}\n{describe_grid(specs)}")
+        say(f"{name}: {exp.question}\nbudget {budget}: {sizes.about}\n{describe_grid(specs)}")
         status = Status(root, name, len(specs))
         status.update()
         trained_now = run_grid(name, specs, root, stale, status, progress, say)
         status.update(state="exporting", runs_done=len(specs), current_run=None)
         # every run is done; the same command exports again
         with status.recording_the_end("interrupted while exporting; run the same command again"):
-            export(exp, specs, root, b, trained_now, cmd, settings, say)
+            export(exp, specs, root, sizes, trained_now, cmd, settings, say)
         status.update(state="done")
     return root
 
@@ -274,7 +274,7 @@ def train_run(spec: RunSpec, run_dir: Path, desc: str, stale: bool, status: Stat
         say(f"  {spec.name}: {summary.message}")
 
 
-def export(exp: Experiment, specs: list[RunSpec], root: Path, b: Budget, trained_now: bool,
+def export(exp: Experiment, specs: list[RunSpec], root: Path, budget: Budget, trained_now: bool,
            command: str, settings: dict, say: Callable[..., None]) -> None:
     """Analyse the runs and write export.json, charts and summary.md, unless the export
     on disk is already that of this grid."""
@@ -284,7 +284,7 @@ def export(exp: Experiment, specs: list[RunSpec], root: Path, b: Budget, trained
         return
     results = [RunResult(s, root / "runs" / s.name, read_metrics(root / "runs" / s.name))
                for s in specs]
-    write_outputs(root, exp, exp.analyze(results, b), budget=settings["budget"], command=command,
+    write_outputs(root, exp, exp.analyze(results, budget), budget=settings["budget"], command=command,
                   seeds=sorted({s.seed for s in specs}))
     reuse.write_record(root, exp.name, specs, **settings)
     say(f"wrote {out}, {root / 'summary.md'} and charts")

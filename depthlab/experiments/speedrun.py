@@ -135,19 +135,19 @@ PLANS = {"micro": Plan(6, 12, 2), "quick": Plan(500, 500, 25),
          "standard": Plan(RECIPE_STEPS, RECIPE_STEPS // 2, 50)}
 
 
-def plan(b: Budget) -> Plan:
+def plan(budget: Budget) -> Plan:
     """The budget's plan; a budget without one (full, for a GPU, where process CPU time
     misses the device's work) is refused in one line."""
-    if b.name not in PLANS:
-        raise UserError(f"--budget {b.name}: speedrun races CPU time on one thread; choose "
+    if budget.name not in PLANS:
+        raise UserError(f"--budget {budget.name}: speedrun races CPU time on one thread; choose "
                         f"one of: {', '.join(PLANS)}")
-    return PLANS[b.name]
+    return PLANS[budget.name]
 
 
-def reference_config(base: Config, b: Budget) -> Config:
+def reference_config(base: Config, budget: Budget) -> Config:
     """nanoGPT's CPU recipe as a Config (what the reference reads from it: the model's
     shape, the corpus, the train settings); micro shrinks it like the arms."""
-    p, m, micro = plan(b), base.model, b.name == "micro"
+    p, m, micro = plan(budget), base.model, budget.name == "micro"
     ref = gpt2()
     ref = replace(ref, data=base.data, model=replace(
         ref.model, n_layers=m.n_layers if micro else 4, d_model=m.d_model if micro else 128,
@@ -186,11 +186,11 @@ def train_reference(cfg: Config, run_dir: Path) -> None:
     reference_gpt.train_reference(cfg, run_dir)
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
     """The reference, then every arm of ARMS, each over the seeds (the reference's
     seeds are the arms': its seed mean is the target)."""
-    p = plan(b)
-    ref = reference_config(base, b)
+    p = plan(budget)
+    ref = reference_config(base, budget)
     label = arm_words(REFERENCE, steps=p.ref_steps)["en"]
     specs = [RunSpec(REFERENCE, s, seeded(ref, s), label, trainer=train_reference)
              for s in seed_list(seeds)]
@@ -297,7 +297,7 @@ def race(arms: dict[str, list[RunResult]]) -> Race:
 
 # --- the report ----------------------------------------------------------------------
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     r = race(arms)
     base = baselines(arms[BASELINE][0].spec.cfg)
@@ -310,7 +310,7 @@ def analyze(results: list[RunResult], b: Budget) -> Report:
                                "steps to target", "tokens to target", "CPU ms per step",
                                "final val loss"]
     report.table["rows"] = [table_row(arms[a][0].spec.label, a, r) for a in arms]
-    report.conclusions = conclusions(arms, r, b)
+    report.conclusions = conclusions(arms, r, budget)
     return report
 
 
@@ -359,8 +359,8 @@ def _note(n: int, noise: float) -> Text:
     return phrase("note.seeds", seeds=n, spread=f"{noise:.2f}")
 
 
-def conclusions(arms: dict[str, list[RunResult]], r: Race, b: Budget) -> list[Text]:
-    p = plan(b)
+def conclusions(arms: dict[str, list[RunResult]], r: Race, budget: Budget) -> list[Text]:
+    p = plan(budget)
     ref = arms[REFERENCE]
     ref_final = [x.final_val_loss for x in ref]
     out = [phrase(

@@ -25,27 +25,27 @@ WRITES = phrase("stream-rms.axis.writes")
 RULES = (("scaled", "0.02/sqrt(2L)"), ("plain", "0.02"))
 
 
-def grid(base: Config, b: Budget, seeds: Seeds) -> list[RunSpec]:
+def grid(base: Config, budget: Budget, seeds: Seeds) -> list[RunSpec]:
     arms_init = []
-    for depth in (b.deep, b.deepest):
+    for depth in (budget.deep, budget.deepest):
         for scaled in (True, False):
             rule = "0.02/sqrt(2L)" if scaled else "0.02"
             arms_init.append((f"init-L{depth}-{'scaled' if scaled else 'plain'}",
                               f"{depth} layers, init {rule}",
                               variant(base, f"model.n_layers={depth}",
                                       f"model.scaled_init={str(scaled).lower()}")))
-    trained = [("trained", f"{b.shallow} layers, residual (trained)",
-                variant(base, f"model.n_layers={b.shallow}"))]
+    trained = [("trained", f"{budget.shallow} layers, residual (trained)",
+                variant(base, f"model.n_layers={budget.shallow}"))]
     one = seeds if isinstance(seeds, tuple) else 1  # one seed (0) unless seeds are named
     return specs_over_seeds(arms_init, one, init_only=True) + specs_over_seeds(trained, one)
 
 
-def writes_chart(first: dict, last: dict, b: Budget) -> dict:
+def writes_chart(first: dict, last: dict, budget: Budget) -> dict:
     """The trained model's stream RMS after each write, relative to the embedding's."""
     writes = list(range(len(first["resid_rms"])))
     rel = lambda rec: [v / rec["resid_rms"][0] for v in rec["resid_rms"]]
     return chart(
-        "writes", phrase("stream-rms.chart.writes", layers=b.shallow), WRITES,
+        "writes", phrase("stream-rms.chart.writes", layers=budget.shallow), WRITES,
         phrase("stream-rms.axis.relative"),
         [series("at initialisation", writes, rel(first), BLUE),
          series(f"after training (step {last['step']})", writes, rel(last), ORANGE),
@@ -53,33 +53,33 @@ def writes_chart(first: dict, last: dict, b: Budget) -> dict:
                 [math.sqrt(1 + k) for k in writes], GREY, dash=True)])
 
 
-def analyze(results: list[RunResult], b: Budget) -> Report:
+def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     report = Report()
     trained = arms["trained"][0].of("probe")
     first, last = trained[0], trained[-1]
-    report.charts.append(writes_chart(first, last, b))
+    report.charts.append(writes_chart(first, last, budget))
     depth_curves, finals = [], {}
     colors = {"scaled": GREEN, "plain": RED}
-    for depth in (b.deep, b.deepest):
+    for depth in (budget.deep, budget.deepest):
         for rule, _ in RULES:
             run = arms[f"init-L{depth}-{rule}"][0]
             rec = run.of("probe")[0]
             finals[(depth, rule)] = rec["resid_rms"][-1]
             depth_curves.append(series(run.spec.label, list(range(len(rec["resid_rms"]))),
-                                       rec["resid_rms"], colors[rule], dash=depth == b.deepest))
+                                       rec["resid_rms"], colors[rule], dash=depth == budget.deepest))
     report.charts.append(chart("init_depth", phrase("stream-rms.chart.init_depth"), WRITES,
                                phrase("stream-rms.axis.rms"), depth_curves, y_log=True))
-    report.table["columns"] = ["init", f"final RMS, {b.deep} layers",
-                               f"final RMS, {b.deepest} layers", "ratio"]
+    report.table["columns"] = ["init", f"final RMS, {budget.deep} layers",
+                               f"final RMS, {budget.deepest} layers", "ratio"]
     for rule, name in RULES:
-        lo, hi = finals[(b.deep, rule)], finals[(b.deepest, rule)]
+        lo, hi = finals[(budget.deep, rule)], finals[(budget.deepest, rule)]
         report.table["rows"].append([name, f"{lo:.4f}", f"{hi:.4f}", f"{hi / lo:.3f}"])
-    r_scaled = finals[(b.deepest, "scaled")] / finals[(b.deep, "scaled")]
-    r_plain = finals[(b.deepest, "plain")] / finals[(b.deep, "plain")]
+    r_scaled = finals[(budget.deepest, "scaled")] / finals[(budget.deep, "scaled")]
+    r_plain = finals[(budget.deepest, "plain")] / finals[(budget.deep, "plain")]
     report.conclusions.append(phrase(
-        "stream-rms.depth", scaled=f"{r_scaled:.3f}", plain=f"{r_plain:.3f}", deep=b.deep,
-        deepest=b.deepest,
+        "stream-rms.depth", scaled=f"{r_scaled:.3f}", plain=f"{r_plain:.3f}", deep=budget.deep,
+        deepest=budget.deepest,
         within=phrase("stream-rms." + ("within" if abs(r_scaled - 1) <= 0.15 else "not_within"))))
     rms, end = first["resid_rms"], last["resid_rms"]
     grows = all(a <= c for a, c in zip(rms[1:], rms[2:], strict=False))
