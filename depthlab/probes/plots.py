@@ -38,20 +38,15 @@ def _save(fig: Any, path: str) -> None:
 
 def plot_gradflow(plain: Any, improved: Any, path: str) -> None:
     """Per-sublayer gradient (relative to the top) and stream RMS, both rows."""
-    fig, ax = _figure(2)
-    for res, colour, label in ((plain, PLAIN, "naive"), (improved, IMPROVED, improved.request.label)):
-        ax[0][0].semilogy(range(1, len(res.per_layer) + 1), res.per_layer, "o-", ms=3,
-                          color=colour, label=label)
-        ax[0][1].plot(range(len(res.stream_rms)), res.stream_rms, "o-", ms=3, color=colour,
-                      label=label)
     r = improved.request
-    ax[0][0].set(xlabel="sublayer (1 = bottom)", ylabel="gradient norm / top's (ratio)",
-                 title=f"gradient reach, N={r.depth}, g={r.gain}, seed {r.seed}")
-    ax[0][1].set(xlabel="writes into the stream", ylabel="stream RMS (unit input = 1)",
-                 title="residual-stream RMS")
-    for a in ax[0]:
-        a.legend()
-    _save(fig, path)
+    _naive_and_improved(
+        plain, improved, path,
+        left=(lambda res: (range(1, len(res.per_layer) + 1), res.per_layer),
+              dict(xlabel="sublayer (1 = bottom)", ylabel="gradient norm / top's (ratio)",
+                   title=f"gradient reach, N={r.depth}, g={r.gain}, seed {r.seed}")),
+        right=(lambda res: (range(len(res.stream_rms)), res.stream_rms),
+               dict(xlabel="writes into the stream", ylabel="stream RMS (unit input = 1)",
+                    title="residual-stream RMS")))
 
 
 def plot_sweep(sweep: Any, path: str) -> None:
@@ -67,18 +62,28 @@ def plot_sweep(sweep: Any, path: str) -> None:
 
 
 def plot_collapse(plain: Any, improved: Any, path: str) -> None:
+    """Each layer's distance from full collapse (log) and the mean pairwise cosine, both rows."""
+    r = improved.request
+    _naive_and_improved(
+        plain, improved, path,
+        left=(lambda res: (range(len(res.rel_distance)), res.rel_distance),
+              dict(xlabel="attention layers (0 = input)",
+                   ylabel="||X - 1 mean(X)^T||_F / ||X||_F (ratio)",
+                   title=f"token collapse, N={r.depth}, g={r.gain}, seed {r.seed}")),
+        right=(lambda res: (range(len(res.mean_cosine)), res.mean_cosine),
+               dict(xlabel="attention layers (0 = input)", ylabel="mean pairwise cosine",
+                    title="token similarity")))
+
+
+def _naive_and_improved(plain: Any, improved: Any, path: str, left: tuple, right: tuple) -> None:
+    """Two panels, the naive row red and the improved green in each: `left` (log y) and
+    `right` (linear y) are each (what to draw of a result: x, y; the axes' labels)."""
     fig, ax = _figure(2)
     for res, colour, label in ((plain, PLAIN, "naive"), (improved, IMPROVED, improved.request.label)):
-        layers = range(len(res.rel_distance))
-        ax[0][0].semilogy(layers, res.rel_distance, "o-", ms=3, color=colour, label=label)
-        ax[0][1].plot(layers, res.mean_cosine, "o-", ms=3, color=colour, label=label)
-    r = improved.request
-    ax[0][0].set(xlabel="attention layers (0 = input)",
-                 ylabel="||X - 1 mean(X)^T||_F / ||X||_F (ratio)",
-                 title=f"token collapse, N={r.depth}, g={r.gain}, seed {r.seed}")
-    ax[0][1].set(xlabel="attention layers (0 = input)", ylabel="mean pairwise cosine",
-                 title="token similarity")
-    for a in ax[0]:
+        ax[0][0].semilogy(*left[0](res), "o-", ms=3, color=colour, label=label)
+        ax[0][1].plot(*right[0](res), "o-", ms=3, color=colour, label=label)
+    for a, (_, labels) in zip(ax[0], (left, right), strict=True):
+        a.set(**labels)
         a.legend()
     _save(fig, path)
 

@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from depthlab.experiments import EXPERIMENTS
@@ -121,37 +122,36 @@ class Runs:
     def frontier(self) -> dict:
         """The residual-frontier experiment's frontier.json (beside its export.json), the
         data of the page's "beyond" section: {"has_data", "command", "frontier": the file
-        or null}. A missing file is an answer, not an error: the section says how to run it.
-        A file written before the page's readings were shipped in it gets them now."""
-        path = self.root / FRONTIER / "frontier.json"
+        or null}. A file written before the page's readings were shipped in it gets them now."""
+        def read(data: dict) -> dict:
+            if not isinstance(data.get("arms"), dict):
+                raise TypeError("'arms' is not an object")
+            return complete(data)
+        return self._section(FRONTIER, "frontier.json", "frontier", read)
+
+    def speedrun(self) -> dict:
+        """The speedrun experiment's export.json as the page's race section draws it
+        (depthlab.experiments.speedrun_readings: the leaderboard, curves, learned values
+        and readings): {"has_data", "command", "race": that or null}."""
+        return self._section(SPEEDRUN, "export.json", "race", speedrun_section)
+
+    def _section(self, experiment: str, file: str, key: str, read: Callable[[dict], dict]) -> dict:
+        """What a page section draws from one experiment's file: {"has_data", "command",
+        key: read(the file) or null}. A missing file is an answer, not an error: the section
+        says how to run the experiment; a file `read` cannot use is an answer with its reason."""
+        path = self.root / experiment / file
         data = _read_json(path)
-        out = {"has_data": False, "frontier": None,
-               "command": f"depthlab experiment {FRONTIER} --budget quick --out {self.root}"}
+        out = {"has_data": False, key: None,
+               "command": f"depthlab experiment {experiment} --budget quick --out {self.root}"}
         if data is None:
             if path.exists():
                 out["error"] = f"{path} is not a readable JSON object; run the experiment again"
             return out
         try:
-            if not isinstance(data.get("arms"), dict):
-                raise TypeError("'arms' is not an object")
-            out.update(has_data=True, frontier=complete(data))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            out.update(has_data=True, **{key: read(data)})
+        except (KeyError, TypeError, ValueError, IndexError, StopIteration, AttributeError) as e:
             out["error"] = _lacks(path, e)
         return out
-
-    def speedrun(self) -> dict:
-        """The speedrun experiment's export.json as the page's race section draws it
-        (depthlab.experiments.speedrun_readings: the leaderboard, curves, learned values
-        and readings): {"has_data", "command", "race": that or null}. A missing export is
-        an answer, not an error: the section says how to run it."""
-        path = self.root / SPEEDRUN / "export.json"
-        data = _read_json(path)
-        out = {"has_data": False, "race": None,
-               "command": f"depthlab experiment {SPEEDRUN} --budget quick --out {self.root}"}
-        if data is None:
-            if path.exists():
-                out["error"] = f"{path} is not a readable JSON object; run the experiment again"
-            return out
         try:
             out.update(has_data=True, race=speedrun_section(data))
         except (KeyError, TypeError, ValueError, IndexError, StopIteration, AttributeError) as e:
