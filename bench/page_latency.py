@@ -90,7 +90,9 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
-    from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
+    from depthlab.config import RESIDUALS
+    from depthlab.probes.simulator_bounds import NORMS
+    from depthlab.variants import RESIDUAL_SPECS
 
     results: dict[str, list[float]] = {m: [] for m in args.modes}
     for _ in range(args.rounds):
@@ -102,8 +104,8 @@ def main() -> int:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 for mode in args.modes:
-                    for residual, norm in product(RESIDUAL_CHOICES, NORMS):
-                        if norm != "none" and residual in NORM_FREE_RESIDUALS:
+                    for residual, norm in product(RESIDUALS, NORMS):
+                        if norm != "none" and RESIDUAL_SPECS[residual].needs_no_norm:
                             continue  # nGPT has no norm to switch on
                         results[mode] += measure(page, mode, (residual, norm))
                 browser.close()

@@ -26,7 +26,9 @@ from pathlib import Path
 
 from page_latency import ARGS, CHROMIUM, GAINS, free_port, start_server
 
-from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
+from depthlab.config import RESIDUALS
+from depthlab.probes.simulator_bounds import NORMS
+from depthlab.variants import RESIDUAL_SPECS
 
 LONG_TASK_MS = 200  # once the page has started
 LOAD_TASK_MS = 1000  # while its scripts are parsed
@@ -43,7 +45,7 @@ def sweep(page, url: str, residuals: list[str], norms: list[str]) -> tuple[list[
     """Durations (ms) of the long tasks after start-up and during it, over the switches."""
     after, during = [], []
     for mode, residual, norm in product(("gradient", "collapse"), residuals, norms):
-        if norm != "none" and residual in NORM_FREE_RESIDUALS:  # nGPT has no norm to switch on
+        if norm != "none" and RESIDUAL_SPECS[residual].needs_no_norm:  # nGPT has no norm to switch on
             continue
         page.goto("about:blank")
         page.goto(f"{url}#lang=en&mode={mode}&n=32&g=1.00&residual={residual}&norm={norm}")
@@ -69,8 +71,8 @@ def report(name: str, after: list[int], during: list[int]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", nargs="+", default=["live", "static"], choices=["live", "static"])
-    ap.add_argument("--residuals", nargs="+", default=list(RESIDUAL_CHOICES),
-                    choices=RESIDUAL_CHOICES, help="default: every one")
+    ap.add_argument("--residuals", nargs="+", default=list(RESIDUALS),
+                    choices=RESIDUALS, help="default: every one")
     ap.add_argument("--norms", nargs="+", default=list(NORMS), choices=NORMS)
     ap.add_argument("--rounds", type=int, default=1, help="repeat, with a fresh browser each")
     args = ap.parse_args()

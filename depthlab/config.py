@@ -31,7 +31,6 @@ PLACEMENTS = variants.PLACEMENTS
 # depthlab.model.residual:
 RESIDUALS = tuple(RESIDUAL_SPECS)
 NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sqrt(l)
-WIDE_RESIDUALS = keys_where(lambda s: s.widens == "copies")  # they carry model.streams copies
 MAX_STREAMS = 16
 FFNS = variants.FFNS
 OPTIMIZERS = ("adamw", "muon")
@@ -177,6 +176,12 @@ class ModelConfig:
                                          + VALUE_EMBED_GATE_CHANNELS)
             n += len(value_embed_layers(self.n_layers)) * per_layer
         return n
+
+    @property
+    def on_sphere(self) -> bool:
+        """The residual keeps states and weight rows on the unit sphere (nGPT: its spec's
+        `sphere`), so the model adds the sphere's scales and renormalises after every step."""
+        return _residual(self.residual).sphere
 
     @property
     def write_scale(self) -> float:
@@ -446,8 +451,9 @@ def validate_model(m: ModelConfig) -> ModelConfig:
         _positive(f"model.{name}", getattr(m, name))
     if not 1 <= m.streams <= MAX_STREAMS:
         raise ConfigError(f"model.streams must be between 1 and {MAX_STREAMS}, got {m.streams}")
-    if m.streams > 1 and m.residual not in WIDE_RESIDUALS:
-        raise ConfigError(f"model.streams={m.streams} needs model.residual={' or '.join(WIDE_RESIDUALS)} "
+    if m.streams > 1 and not _residual(m.residual).widens_copies:
+        wide = keys_where(lambda s: s.widens_copies)
+        raise ConfigError(f"model.streams={m.streams} needs model.residual={' or '.join(wide)} "
                           f"(n copies of the stream); got model.residual={m.residual!r}")
     for name in ("norm_eps", "rope_theta", "init_std", "init_gain"):
         _positive(f"model.{name}", getattr(m, name))
@@ -492,17 +498,17 @@ def validate_model(m: ModelConfig) -> ModelConfig:
                     f"set model.{switch}=false or choose model.norm from: {', '.join(NORMS[1:])}"
                 )
     _check_frontier(m)
-    _check_ngpt(m)
+    _check_residual_ffn(m)
     _check_shortcuts(m)
     return m
 
 
-def _check_ngpt(m: ModelConfig) -> None:
-    """nGPT's s_u, s_v scalings are SwiGLU's (depthlab.model.ngpt); its norm=none is its
-    spec's (`_check_residual_spec`)."""
-    if m.residual == "ngpt" and m.ffn != "swiglu":
-        raise ConfigError(f"model.residual='ngpt' scales SwiGLU's two inputs (s_u, s_v); "
-                          f"set model.ffn=swiglu, got {m.ffn!r}")
+def _check_residual_ffn(m: ModelConfig) -> None:
+    """The FFNs a residual's spec allows (nGPT scales SwiGLU's two inputs: depthlab.model.ngpt)."""
+    spec = RESIDUAL_SPECS[m.residual]
+    if spec.ffns and m.ffn not in spec.ffns:
+        raise ConfigError(f"model.residual={m.residual!r} {spec.ffn_why}; "
+                          f"set model.ffn={' or '.join(spec.ffns)}, got {m.ffn!r}")
 
 
 def _check_shortcuts(m: ModelConfig) -> None:
@@ -521,11 +527,11 @@ def _check_shortcuts(m: ModelConfig) -> None:
             raise ConfigError(f"model.{switch}=true mixes one [B, T, D] stream; "
                               f"model.residual={m.residual!r} carries a wider one, "
                               f"choose a single-stream residual")
-    if m.residual == "ngpt":
+    if m.on_sphere:
         for switch in ("x0_mix", "backout", "unet_skips", "smear"):
             if getattr(m, switch):
                 raise ConfigError(f"model.{switch}=true adds vectors off the unit sphere to "
-                                  f"model.residual='ngpt''s stream, which every update keeps on "
+                                  f"model.residual={m.residual!r}'s stream, which every update keeps on "
                                   f"it; set model.{switch}=false or choose another residual")
     if m.smear and m.d_model < SMEAR_CHANNELS:
         raise ConfigError(f"model.smear=true gates on the first {SMEAR_CHANNELS} channels of the "

@@ -60,6 +60,38 @@ class ResidualSpec:
     write_scale: Callable[[int], float] = _one  # each write's factor, from the writes 2L
     own_depth_init: bool = False  # brings its own depth rule instead of scaled_init's
     hf_export: bool = False  # `hf export` can write it (the Llama/Qwen families' residual)
+    ffns: tuple[str, ...] = ()  # the model.ffn values it allows; () = all
+    ffn_why: str = ""  # why, for the refusal of another FFN
+    # Keeps hidden states and weight rows on the unit sphere (nGPT): the model gives q/k,
+    # SwiGLU and the logits their scales, renormalises the weights after every step, and no
+    # shortcut may add a vector off the sphere to the stream.
+    sphere: bool = False
+
+    @property
+    def widens_copies(self) -> bool:
+        """Carries model.streams copies of the stream (hyper-connections)."""
+        return self.widens == "copies"
+
+    @property
+    def keeps_history(self) -> bool:
+        """Its stream is the history of every write (attention residuals)."""
+        return self.widens == "history"
+
+    @property
+    def needs_no_norm(self) -> bool:
+        """Keeps the stream normalised itself and allows no norm layer (nGPT)."""
+        return self.norms == ("none",)
+
+    @property
+    def is_post(self) -> bool:
+        """A Post-LN design: its norm sits after the add (the simulator's norm switch too)."""
+        return self.placements == ("post",)
+
+    @property
+    def takes_x0_mix(self) -> bool:
+        """model.x0_mix applies: it mixes one [.., T, D] stream, so not a widened one or a
+        history of writes, and not one kept on the unit sphere, which the mix would leave."""
+        return not self.widens and not self.sphere and not self.needs_no_norm
 
     @property
     def label_key(self) -> str:
@@ -69,7 +101,7 @@ class ResidualSpec:
     @property
     def norm_slot(self) -> str:
         """Where a single norm switch puts the norm: "post" for a Post-LN design."""
-        return "post" if self.placements == ("post",) else "pre"
+        return "post" if self.is_post else "pre"
 
     def public(self) -> dict[str, Any]:
         """What /api/meta publishes of it (the callables as their values where fixed)."""
@@ -142,7 +174,8 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
                  placements=("pre",), placement_why="the normalised Transformer (nGPT), "
                  "with no norm layer to place", norms=("none",),
                  norm_why="keeps every hidden state on the unit sphere itself, with no norm "
-                 "layer", params=lambda d, n: d),
+                 "layer", params=lambda d, n: d, ffns=("swiglu",),
+                 ffn_why="scales SwiGLU's two inputs (s_u, s_v)", sphere=True),
 )}
 
 NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (

@@ -8,15 +8,17 @@ import pytest
 
 from depthlab.cli import main
 from depthlab.cli.table import legend, table
+from depthlab.config import RESIDUALS
 from depthlab.experiments import BUDGETS, EXPERIMENTS
 from depthlab.presets import PRESETS
 from depthlab.probes import shipped_configs
-from depthlab.probes.simulator_bounds import NORM_FREE_RESIDUALS, NORMS, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import NORMS
+from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 # every pair the simulator draws (a residual that allows no norm, nGPT, only without one)
 TOGGLES = [["--residual", residual, "--norm", norm]
-           for residual, norm in itertools.product(RESIDUAL_CHOICES, NORMS)
-           if norm == "none" or residual not in NORM_FREE_RESIDUALS]
+           for residual, norm in itertools.product(RESIDUALS, NORMS)
+           if norm == "none" or not RESIDUAL_SPECS[residual].needs_no_norm]
 
 
 def cells(line: str) -> list[str]:
@@ -173,7 +175,7 @@ def test_table_widths_come_from_the_cells():
     assert wrapped[0].startswith("  columns: c0 = ")
 
 
-@pytest.mark.parametrize("residual", NORM_FREE_RESIDUALS)
+@pytest.mark.parametrize("residual", keys_where(lambda s: s.needs_no_norm))
 def test_a_norm_on_a_norm_free_residual_is_one_line(capsys, residual):
     assert main(["probe", "gradflow", "--residual", residual, "--norm", "rmsnorm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

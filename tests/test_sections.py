@@ -150,10 +150,10 @@ def test_a_static_copy_holds_x0_mixing_on_the_plain_residual(monkeypatch):
     """x0 mixing's stored rows: the plain residual with and without the norm (a residual the
     switch applies to), keyed with x0_mix true, each the live answer; a request with the
     section's defaults filled in finds them, and every other row is keyed with x0_mix false."""
-    from depthlab.probes.simulator_bounds import X0_MIX_RESIDUALS
+    from depthlab.variants import RESIDUAL_SPECS
     from depthlab.web.schemas import SimulateRequest, SweepRequest
 
-    assert sections.STATIC_X0_MIX == ("plain",) and set(sections.STATIC_X0_MIX) <= set(X0_MIX_RESIDUALS)
+    assert sections.STATIC_X0_MIX == ("plain",) and all(RESIDUAL_SPECS[r].takes_x0_mix for r in sections.STATIC_X0_MIX)
     rows = sections.switches()
     assert [(r["residual"], r["norm"]) for r in rows if r["x0_mix"]] == [("plain", "none"), ("plain", "rmsnorm")]
     assert len(rows) == len({request_key(r) for r in rows}) == 17 + 2

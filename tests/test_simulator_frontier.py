@@ -7,29 +7,21 @@ from dataclasses import replace
 import pytest
 import torch
 
-from depthlab.config import validate_model
+from depthlab.config import RESIDUALS, validate_model
 from depthlab.errors import UserError
 from depthlab.model.residual import deepnorm_constants
 from depthlab.probes import StackRequest, compare, gradient_reach, token_collapse
 from depthlab.probes.simulator import _generator, _inputs, _unit_weights, wiring
-from depthlab.probes.simulator_bounds import (
-    NORM_FREE_RESIDUALS,
-    NORMS,
-    POST_NORM_RESIDUALS,
-    RESIDUAL_CHOICES,
-    SIM_STREAMS,
-    WIDE_RESIDUALS,
-    norm_slot,
-    page_bounds,
-)
+from depthlab.probes.simulator_bounds import NORMS, SIM_STREAMS, page_bounds
+from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 
-@pytest.mark.parametrize("residual", RESIDUAL_CHOICES)
+@pytest.mark.parametrize("residual", RESIDUALS)
 def test_every_toy_config_is_one_the_model_accepts(residual):
     # The norm slot follows the model's rule: a residual that needs placement=post gets it.
     # (With norm=none the model has no norm slot to check: its config needs a norm there.)
     # A residual that allows no norm (nGPT) is drawn with norm=none and refuses the switch.
-    norm_free = residual in NORM_FREE_RESIDUALS
+    norm_free = RESIDUAL_SPECS[residual].needs_no_norm
     cfg = StackRequest(depth=6, residual=residual, norm="none" if norm_free else "rmsnorm").config()
     assert validate_model(replace(cfg, final_norm=not norm_free)) == replace(cfg, final_norm=not norm_free)
     for norm in NORMS:
@@ -38,8 +30,8 @@ def test_every_toy_config_is_one_the_model_accepts(residual):
                 StackRequest(depth=6, residual=residual, norm=norm)
             continue
         cfg = StackRequest(depth=6, residual=residual, norm=norm).config()
-        assert cfg.placement == ("post" if residual in POST_NORM_RESIDUALS else "pre")
-    assert page_bounds()["post_norm"] == [r for r in RESIDUAL_CHOICES if norm_slot(r) == "post"]
+        assert cfg.placement == ("post" if RESIDUAL_SPECS[residual].is_post else "pre")
+    assert page_bounds()["post_norm"] == [r for r in RESIDUALS if RESIDUAL_SPECS[r].norm_slot == "post"]
 
 
 def _deepnorm_by_hand(depth: int, gain: float, norm: str) -> torch.Tensor:
@@ -73,7 +65,7 @@ def test_deepnorm_toy_stack_is_alpha_beta_and_the_post_norm(depth, norm):
         assert got.stream_rms[-1] / got.stream_rms[0] > 0.5 * alpha ** depth
 
 
-@pytest.mark.parametrize("residual", WIDE_RESIDUALS)
+@pytest.mark.parametrize("residual", keys_where(lambda s: s.widens_copies))
 def test_hyper_connections_carry_n_copies_and_collapse_stays_finite(residual):
     req = StackRequest(depth=16, gain=1.2, residual=residual, norm="rmsnorm")
     cfg = req.config()
@@ -110,5 +102,5 @@ def test_every_residual_has_a_page_label_in_both_languages():
 
     for lang in LANGS:
         labels = table(lang)
-        assert [r for r in RESIDUAL_CHOICES if f"sim.res.{r}" not in labels] == []
+        assert [r for r in RESIDUALS if f"sim.res.{r}" not in labels] == []
         assert "sim.t.postnorm" in labels and "sim.note.frontier" in labels

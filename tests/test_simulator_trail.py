@@ -10,9 +10,10 @@ import math
 import pytest
 import torch
 
+from depthlab.config import RESIDUALS
 from depthlab.locales import LANGS, table
 from depthlab.probes.simulator import TRAIL_WRITES, StackRequest, Trail, compare
-from depthlab.probes.simulator_bounds import PAGE_GAINS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import PAGE_GAINS, PAGE_MAX_DEPTH
 
 F64 = torch.float64
 
@@ -74,7 +75,7 @@ def test_red_states_are_f_applied_again_and_green_tips_are_the_sum_of_writes(mod
     assert close(tips, xy[1:], float(xy.abs().max()))
 
 
-@pytest.mark.parametrize("residual", RESIDUAL_CHOICES)
+@pytest.mark.parametrize("residual", RESIDUALS)
 @pytest.mark.parametrize("mode", ["gradient", "collapse"])
 def test_the_rule_is_measured_for_every_residual(residual, mode):
     t = compare(StackRequest(depth=12, gain=1.0, residual=residual), mode).improved.trail

@@ -13,11 +13,12 @@ import pytest
 import torch
 from conditioning import sensitivity, tolerance
 
+from depthlab.config import RESIDUALS
 from depthlab.errors import UserError
 from depthlab.model import residual as registry
 from depthlab.probes import StackRequest, compare, gain_sweep, gradient_reach, token_collapse
-from depthlab.probes.simulator import ToyConfig, residual_choices
-from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES, page_bounds
+from depthlab.probes.simulator import ToyConfig
+from depthlab.probes.simulator_bounds import NORMS, page_bounds
 from depthlab.variants import RESIDUAL_SPECS, ResidualSpec
 
 # old toggles (residual, prenorm, scale_writes) -> the model's switches (residual, norm)
@@ -76,9 +77,9 @@ def test_write_scale_is_the_models_rule_over_the_toy_stacks_writes():
 
 
 def test_switch_values_come_from_the_registry():
-    assert residual_choices() == tuple(registry.RESIDUAL_BUILDERS) == RESIDUAL_CHOICES
+    assert tuple(registry.RESIDUAL_BUILDERS) == RESIDUALS
     bounds = page_bounds()
-    assert bounds["residuals"] == list(RESIDUAL_CHOICES) and bounds["norms"] == list(NORMS)
+    assert bounds["residuals"] == list(RESIDUALS) and bounds["norms"] == list(NORMS)
     with pytest.raises(UserError, match=r"residual must be one of none, plain, scaled, rezero"):
         StackRequest(residual="sideways")
     with pytest.raises(UserError, match=r"norm must be one of none, rmsnorm, got 'layernorm'"):

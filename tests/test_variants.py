@@ -37,7 +37,6 @@ def test_every_reader_lists_the_spec_keys():
     residuals = list(RESIDUAL_SPECS)
     assert list(config.RESIDUALS) == residuals and list(config.NORMS) == list(NORM_SPECS)
     assert list(config.NORM_LABELS) == list(NORM_SPECS)
-    assert list(simulator_bounds.RESIDUAL_CHOICES) == residuals
     facts = page_facts()
     bounds = facts["simulator"]
     assert bounds["residuals"] == residuals
@@ -50,11 +49,18 @@ def test_every_reader_lists_the_spec_keys():
     assert sorted({v["residual"] for v in switches()}) == sorted(residuals)
 
 
-def test_derived_tuples_follow_the_specs():
-    assert config.WIDE_RESIDUALS == tuple(k for k, s in RESIDUAL_SPECS.items() if s.widens == "copies")
-    assert simulator_bounds.POST_NORM_RESIDUALS == tuple(
-        k for k, s in RESIDUAL_SPECS.items() if s.placements == ("post",))
-    assert all(s.widens in WIDENS for s in RESIDUAL_SPECS.values())
+def test_derived_groups_are_properties_of_the_specs():
+    """Each group a reader asks about is a property of one spec entry, read from its fields."""
+    for s in RESIDUAL_SPECS.values():
+        assert s.widens in WIDENS
+        assert s.widens_copies == (s.widens == "copies") and s.keeps_history == (s.widens == "history")
+        assert s.is_post == (s.placements == ("post",)) and s.norm_slot == ("post" if s.is_post else "pre")
+        assert s.needs_no_norm == (s.norms == ("none",))
+        assert s.takes_x0_mix == (not s.widens and not s.sphere and not s.needs_no_norm)
+    bounds = simulator_bounds.page_bounds()
+    assert bounds["post_norm"] == [k for k, s in RESIDUAL_SPECS.items() if s.is_post]
+    assert bounds["x0_mix"] == [k for k, s in RESIDUAL_SPECS.items() if s.takes_x0_mix]
+    assert list(bounds["streams"]) == [k for k, s in RESIDUAL_SPECS.items() if s.widens_copies]
     assert config.NORM_LABELS["none"] == "" and all(s.label for k, s in NORM_SPECS.items() if k != "none")
 
 

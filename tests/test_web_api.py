@@ -140,7 +140,8 @@ def test_the_schema_says_which_switches_go_together(client):
     request exactly when the simulator takes it (200), and the others get the documented
     400, so a client that follows the schema is never refused."""
     jsonschema_rs = pytest.importorskip("jsonschema_rs")
-    from depthlab.probes.simulator_bounds import NORMS, RESIDUAL_CHOICES
+    from depthlab.config import RESIDUALS
+    from depthlab.probes.simulator_bounds import NORMS
 
     spec = client.get("/openapi.json").json()
     for path, model in (("/api/simulate", "SimulateRequest"), ("/api/sweep", "SweepRequest")):
@@ -148,7 +149,7 @@ def test_the_schema_says_which_switches_go_together(client):
         valid = jsonschema_rs.validator_for(
             {"$ref": f"#/components/schemas/{model}", "components": spec["components"]}).is_valid
         outcomes = set()
-        for residual in RESIDUAL_CHOICES:
+        for residual in RESIDUALS:
             for norm in NORMS:
                 for x0_mix in (False, True):
                     body = {"n": 2, "residual": residual, "norm": norm, "x0_mix": x0_mix}

@@ -6,9 +6,9 @@ import argparse
 import math
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
-from depthlab.config import WIDE_RESIDUALS
 from depthlab.errors import UserError
 from depthlab.memory import check_fits
+from depthlab.variants import RESIDUAL_SPECS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +63,7 @@ def describe(args: argparse.Namespace) -> int:
     from depthlab.model.transformer import Block
 
     print(f"{m.n_layers} blocks x 2 sublayers = {m.n_writes} writes into the residual stream")
-    streams = f" streams={m.streams}" if m.residual in WIDE_RESIDUALS else ""
+    streams = f" streams={m.streams}" if RESIDUAL_SPECS[m.residual].widens_copies else ""
     print(f"norm={m.norm} placement={m.placement} residual={m.residual}{streams} ffn={m.ffn} "
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
           f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm} "

@@ -18,12 +18,13 @@ import sys
 from depthlab.cli.common import add_config_args, config_from_args, print_json
 from depthlab.cli.run_probe_cmd import add_run_probe
 from depthlab.cli.table import legend, print_lines, table
+from depthlab.config import RESIDUALS
 from depthlab.errors import UserError
 from depthlab.memory import check_fits
 from depthlab.numtext import NumberTextError, parse_numbers
 from depthlab.probes import compare_norms, plots, residual_paths, use_single_thread
 from depthlab.probes.plots import plot_growth, plot_sweep
-from depthlab.probes.simulator_bounds import MAX_DEPTH, NORMS, PAGE_MAX_DEPTH, RESIDUAL_CHOICES
+from depthlab.probes.simulator_bounds import MAX_DEPTH, NORMS, PAGE_MAX_DEPTH
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,9 +91,9 @@ def _stack_args(p: argparse.ArgumentParser, default_gain: float) -> None:
     p.add_argument("--depth", type=int, default=32,
                    help=f"sublayers N (1..{MAX_DEPTH}; the page: 1..{PAGE_MAX_DEPTH})")
     p.add_argument("--gain", type=float, default=default_gain, help="init gain g > 0")
-    p.add_argument("--residual", nargs="?", const="plain", default="none", choices=RESIDUAL_CHOICES,
+    p.add_argument("--residual", nargs="?", const="plain", default="none", choices=RESIDUALS,
                    metavar="NAME", help="improved row: the model's residual, one of "
-                   f"{', '.join(RESIDUAL_CHOICES)} (default none; the flag alone: plain)")
+                   f"{', '.join(RESIDUALS)} (default none; the flag alone: plain)")
     p.add_argument("--norm", choices=NORMS, default="none",
                    help="improved row: rmsnorm on each sublayer's input, or none (default)")
     p.add_argument("--prenorm", dest="norm", action="store_const", const="rmsnorm",

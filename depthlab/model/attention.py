@@ -154,7 +154,7 @@ class Attention(nn.Module):
         self.k_norm = make_norm(cfg.norm, cfg.head_size, cfg.norm_eps) if cfg.qk_norm else None
         # nGPT: q, k on the sphere times s_qk, and scores times sqrt(E) (depthlab.model.ngpt).
         self.sphere_qk = (SphereQK(cfg.n_heads, cfg.head_size, cfg.d_model)
-                          if cfg.residual == "ngpt" else None)
+                          if cfg.on_sphere else None)
         self.softmax_scale = math.sqrt(cfg.head_size) if self.sphere_qk is not None else None
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()

@@ -52,7 +52,7 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
         self.clamp = cfg.ffn_clamp
         # nGPT: the gate and up projections times s_v * sqrt(d), s_u (depthlab.model.ngpt).
-        self.scales = SwiGLUScales(cfg.ffn_hidden, cfg.d_model) if cfg.residual == "ngpt" else None
+        self.scales = SwiGLUScales(cfg.ffn_hidden, cfg.d_model) if cfg.on_sphere else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Two matmuls, not one against both weights stacked: over a whole CPU training step

@@ -156,7 +156,7 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
                     "hook_resid_post"]
     # A residual whose stream is the history of all writes (attnres): its shape grows
     # block by block.
-    traced_blocks = cfg.n_layers if RESIDUAL_SPECS[cfg.residual].widens == "history" else 1
+    traced_blocks = cfg.n_layers if RESIDUAL_SPECS[cfg.residual].keeps_history else 1
     if traced_blocks > 1:
         model = build_meta(cfg)
     stages = ["hook_embed", *(f"blocks.{i}.{s}" for i in range(traced_blocks)

@@ -141,7 +141,7 @@ class Transformer(HookedModule):
             None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         # nGPT: logits times a learned s_z per vocabulary entry (depthlab.model.ngpt).
-        self.logit_scale = (LogitScale(cfg.vocab_size, cfg.d_model) if cfg.residual == "ngpt"
+        self.logit_scale = (LogitScale(cfg.vocab_size, cfg.d_model) if cfg.on_sphere
                             else None)
         init_weights(self)
 
@@ -207,7 +207,7 @@ class Transformer(HookedModule):
     def after_optimizer_step(self) -> None:
         """What a design keeps true of its weights after every update, whatever the
         optimizer: nGPT's unit vectors (depthlab.model.ngpt). The trainer calls it."""
-        if self.cfg.residual == "ngpt":
+        if self.cfg.on_sphere:
             renormalise(self)
 
     def forward(self, idx: torch.Tensor | None = None, *, embeds: torch.Tensor | None = None,
@@ -282,5 +282,5 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
             nn.init.normal_(module.weight, 0.0, std)
         elif isinstance(module, resettable):
             module.reset_parameters()
-    if cfg.residual == "ngpt":  # every weight vector along d_model on the unit sphere
+    if cfg.on_sphere:  # every weight vector along d_model on the unit sphere
         renormalise(model)

@@ -34,7 +34,7 @@ _LAZY = {
     "depthlab.probes.simulator_bounds": ("MAX_DEPTH", "PAGE_MAX_DEPTH", "SWEEP_GAINS"),
     "depthlab.probes.simulator": ("CollapseResult", "Comparison", "GradResult", "StackRequest", "SweepResult",
                                   "compare", "gain_sweep", "gradient_reach", "mean_cosine",
-                                  "rel_distance", "residual_choices", "token_collapse"),
+                                  "rel_distance", "token_collapse"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -67,6 +67,6 @@ __all__ = [
     "anatomy_of_preset", "compare", "compare_norms", "evolution_table", "gain_sweep", "gradient_reach",
     "mean_cosine", "probe_run_dir", "real_growth", "real_probe",
     "realmodel_probes", "rel_distance",
-    "residual_choices", "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
+    "residual_init_std", "residual_paths", "shipped_configs", "stream_growth",
     "token_collapse", "use_single_thread",
 ]

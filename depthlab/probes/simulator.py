@@ -63,25 +63,11 @@ from depthlab.model.norms import make_norm
 from depthlab.model.residual import RESIDUAL_BUILDERS, RESIDUAL_PARAMETERS, Residual
 from depthlab.model.shortcuts import x0_mix_init
 from depthlab.probes.jsonsafe import json_list, json_number
-from depthlab.probes.simulator_bounds import (
-    MAX_DEPTH,
-    MAX_GAIN,
-    NORM_FREE_RESIDUALS,
-    NORMS,
-    SIM_STREAMS,
-    SWEEP_GAINS,
-    WIDE_RESIDUALS,
-    X0_MIX_RESIDUALS,
-    norm_slot,
-)
+from depthlab.probes.simulator_bounds import MAX_DEPTH, MAX_GAIN, NORMS, SIM_STREAMS, SWEEP_GAINS
+from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 DTYPE = torch.float64  # ratios reach 1e-20; float32 would round them to noise
 NORM_EPS = 1e-12  # RMSNorm's eps here: the toy tokens have RMS ~1, far from any eps
-
-
-def residual_choices() -> tuple[str, ...]:
-    """The model's residual registry, read at call time: a new entry appears here unedited."""
-    return tuple(RESIDUAL_BUILDERS)
 
 
 def _check(name: str, ok: bool, allowed: str, value: object) -> None:
@@ -122,15 +108,17 @@ class StackRequest:
                f"an integer between 1 and {MAX_DEPTH}", self.depth)
         _check("gain", isinstance(self.gain, (int, float)) and math.isfinite(self.gain)
                and 0 < self.gain <= MAX_GAIN, f"a number in (0, {MAX_GAIN}]", self.gain)
-        _check("residual", self.residual in residual_choices(),
-               "one of " + ", ".join(residual_choices()), self.residual)
+        # the spec table read now, so an entry added at run time is a choice at once
+        _check("residual", self.residual in RESIDUAL_SPECS, "one of " + ", ".join(RESIDUAL_SPECS),
+               self.residual)
+        spec = RESIDUAL_SPECS[self.residual]
         _check("norm", self.norm in NORMS, "one of " + ", ".join(NORMS), self.norm)
         _check("x0_mix", isinstance(self.x0_mix, bool), "true or false", self.x0_mix)
-        _check("x0_mix", not self.x0_mix or self.residual in X0_MIX_RESIDUALS,
+        _check("x0_mix", not self.x0_mix or spec.takes_x0_mix,
                f"false with residual={self.residual} (the mix needs one stream, neither widened "
-               "nor kept on the unit sphere: residual " + ", ".join(X0_MIX_RESIDUALS) + ")",
-               self.x0_mix)
-        _check("norm", self.norm == "none" or self.residual not in NORM_FREE_RESIDUALS,
+               "nor kept on the unit sphere: residual "
+               + ", ".join(keys_where(lambda s: s.takes_x0_mix)) + ")", self.x0_mix)
+        _check("norm", self.norm == "none" or not spec.needs_no_norm,
                f"none with residual={self.residual} (it keeps the stream on the unit sphere "
                "itself, with no norm layer)", self.norm)
         _check("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**31,
@@ -152,10 +140,11 @@ class StackRequest:
     def config(self) -> ToyConfig:
         """The model's switches for this stack (its n_writes = the toy stack's writes; the
         norm in the residual's slot; SIM_STREAMS copies for a widening residual)."""
-        wide = {"streams": SIM_STREAMS} if self.residual in WIDE_RESIDUALS else {}
+        spec = RESIDUAL_SPECS[self.residual]
+        wide = {"streams": SIM_STREAMS} if spec.widens_copies else {}
         return ToyConfig(n_layers=max(1, math.ceil(self.writes / 2)), d_model=self.width,
                          n_heads=1, norm=self.norm, norm_eps=NORM_EPS, residual=self.residual,
-                         placement=norm_slot(self.residual), writes=self.writes, **wide)
+                         placement=spec.norm_slot, writes=self.writes, **wide)
 
     @property
     def label(self) -> str:

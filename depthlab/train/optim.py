@@ -272,8 +272,8 @@ def ngpt_advice(cfg: Config) -> str | None:
     """One line when an nGPT run sets what its paper trains without (warmup, weight
     decay: the weights are renormalised after every step); None otherwise."""
     t = cfg.train
-    if cfg.model.residual != "ngpt" or (t.warmup_steps == 0 and t.weight_decay == 0):
+    if not cfg.model.on_sphere or (t.warmup_steps == 0 and t.weight_decay == 0):
         return None
-    return (f"depthlab: note: model.residual=ngpt is trained without warmup or weight decay "
+    return (f"depthlab: note: model.residual={cfg.model.residual} is trained without warmup or weight decay "
             f"(Loshchilov et al. 2025); this run sets train.warmup_steps={t.warmup_steps}, "
             f"train.weight_decay={t.weight_decay:g} (0 and 0 follow the paper)")

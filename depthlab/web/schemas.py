@@ -13,21 +13,17 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic.json_schema import models_json_schema
 from pydantic_core import PydanticCustomError
 
+from depthlab.config import RESIDUALS
 from depthlab.numtext import NumberTextError, parse_numbers
-from depthlab.probes.simulator_bounds import (
-    NORM_FREE_RESIDUALS,
-    NORMS,
-    PAGE_GAINS,
-    PAGE_MAX_DEPTH,
-    RESIDUAL_CHOICES,
-    X0_MIX_FORMULA,
-    X0_MIX_RESIDUALS,
-)
-from depthlab.variants import RESIDUAL_SPECS
+from depthlab.probes.simulator_bounds import NORMS, PAGE_GAINS, PAGE_MAX_DEPTH, X0_MIX_FORMULA
+from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 MAX_N = PAGE_MAX_DEPTH  # the simulator's depth slider
 MIN_G, MAX_G = PAGE_GAINS  # the gain slider
 MAX_VECTOR = 64  # the norms calculator
+# The residuals the two switch rules name (their specs' properties, depthlab.variants).
+_X0_MIXED = keys_where(lambda s: s.takes_x0_mix)
+_NORM_FREE = keys_where(lambda s: s.needs_no_norm)
 MAX_ABS = 1e6
 MAX_PATH_N = 64
 MAX_GROWTH_WRITES = 256
@@ -64,21 +60,21 @@ class Switches(_Request):
 
     model_config = ConfigDict(json_schema_extra={"allOf": [
         {"anyOf": [{"properties": {"x0_mix": {"const": False}}},
-                   {"properties": {"residual": {"enum": list(X0_MIX_RESIDUALS)}}}]},
+                   {"properties": {"residual": {"enum": list(_X0_MIXED)}}}]},
         {"anyOf": [{"properties": {"norm": {"const": "none"}}},
-                   {"properties": {"residual": {"not": {"enum": list(NORM_FREE_RESIDUALS)}}}}]},
+                   {"properties": {"residual": {"not": {"enum": list(_NORM_FREE)}}}}]},
     ]})
 
-    residual: Literal[RESIDUAL_CHOICES] = Field(  # type: ignore[valid-type]
+    residual: Literal[RESIDUALS] = Field(  # type: ignore[valid-type]
         "plain", description="the model's residual, a key of its registry (depthlab.model.residual, "
         "specs in depthlab.variants): "
-        + "; ".join(f"{r}: {RESIDUAL_SPECS[r].formula}" for r in RESIDUAL_CHOICES))
+        + "; ".join(f"{r}: {RESIDUAL_SPECS[r].formula}" for r in RESIDUALS))
     norm: Literal[NORMS] = Field(  # type: ignore[valid-type]
         "none", description="rmsnorm: the model's RMSNorm on each sublayer's input (Pre-Norm)")
     x0_mix: bool = Field(
         False, description=f"the model's x0_mix: before every layer i, {X0_MIX_FORMULA} (x₀ the "
         "input at RMS 1; λ 1.15 → 1.05, μ 0.20 → 0.05 over depth, nanochat's init); only with "
-        "residual " + ", ".join(X0_MIX_RESIDUALS) + " (one stream, not kept on the unit sphere), "
+        "residual " + ", ".join(_X0_MIXED) + " (one stream, not kept on the unit sphere), "
         "else refused (400)")
 
 

@@ -29,7 +29,7 @@ from fastapi import Path as PathParam
 from fastapi import Query
 from pydantic import BaseModel
 
-from depthlab.config import PLACEMENTS
+from depthlab.config import PLACEMENTS, RESIDUALS
 from depthlab.presets import PRESETS, get_preset
 from depthlab.probes import (
     anatomy_of,
@@ -39,13 +39,9 @@ from depthlab.probes import (
     residual_paths,
     shipped_configs,
 )
-from depthlab.probes.simulator_bounds import (
-    NORM_FREE_RESIDUALS,
-    NORMS,
-    RESIDUAL_CHOICES,
-    X0_MIX_RESIDUALS,
-)
+from depthlab.probes.simulator_bounds import NORMS
 from depthlab.probes.simulator_mixing import composite_curves
+from depthlab.variants import RESIDUAL_SPECS, keys_where
 from depthlab.web import lesson
 from depthlab.web.messages import refusal
 from depthlab.web.schemas import (
@@ -150,9 +146,11 @@ def _stack(req: SimulateRequest | SweepRequest, **kw):
     simulator's own check says the same in English."""
     from depthlab.probes.simulator import StackRequest
 
-    if req.x0_mix and req.residual not in X0_MIX_RESIDUALS:
-        raise refusal("err.x0_mix_with", residual=req.residual, allowed=", ".join(X0_MIX_RESIDUALS))
-    if req.norm != "none" and req.residual in NORM_FREE_RESIDUALS:
+    spec = RESIDUAL_SPECS[req.residual]
+    if req.x0_mix and not spec.takes_x0_mix:
+        raise refusal("err.x0_mix_with", residual=req.residual,
+                      allowed=", ".join(keys_where(lambda s: s.takes_x0_mix)))
+    if req.norm != "none" and spec.needs_no_norm:
         raise refusal("err.norm_with", residual=req.residual)
     return StackRequest(depth=req.n, residual=req.residual, norm=req.norm, x0_mix=req.x0_mix, **kw)
 
@@ -250,8 +248,8 @@ def switches() -> list[dict]:
     input norm it allows (none only for a residual that keeps the stream normalised itself),
     without x0 mixing, and with it for the residuals of STATIC_X0_MIX."""
     return [{"residual": r, "norm": n, "x0_mix": x0}
-            for r, n, x0 in itertools.product(RESIDUAL_CHOICES, NORMS, (False, True))
-            if (n == "none" or r not in NORM_FREE_RESIDUALS) and (not x0 or r in STATIC_X0_MIX)]
+            for r, n, x0 in itertools.product(RESIDUALS, NORMS, (False, True))
+            if (n == "none" or not RESIDUAL_SPECS[r].needs_no_norm) and (not x0 or r in STATIC_X0_MIX)]
 
 
 def _static_simulate(grid: str) -> list[SimulateRequest]:
