@@ -66,6 +66,9 @@ class ResidualSpec:
     # SwiGLU and the logits their scales, renormalises the weights after every step, and no
     # shortcut may add a vector off the sphere to the stream.
     sphere: bool = False
+    # How a write lands in the stream, as the simulator's trail measures it on a token:
+    # "add" (x + w), "replace" (w), "other" (x rescaled, or copies mixed).
+    write_rule: str = "add"
 
     @property
     def widens_copies(self) -> bool:
@@ -143,7 +146,8 @@ def _mhc_params(d: int, n: int) -> int:
 # entries). Fitted to the measured peak of a training step of the course model at n = 1, 4
 # and 16 (hc 3.0-3.6 n d, mhc 4.1-8.5 n d, attnres ~1.7 k d).
 RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
-    ResidualSpec("none", "x ← F(x)", "no skip path: the stack of the naive plan"),
+    ResidualSpec("none", "x ← F(x)", "no skip path: the stack of the naive plan",
+                 write_rule="replace"),
     ResidualSpec("plain", "x ← x + F(x)", "nothing to initialise (He et al. 2016)",
                  hf_export=True),
     ResidualSpec("scaled", "x ← x + F(x) / √N", "each of the 2L writes times 1/sqrt(2L) at run time",
@@ -154,15 +158,17 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
     ResidualSpec("deepnorm", "x ← ⟦α·x + F(x)⟧, α = (2L)^¼, L = ⌈N/2⌉, W·β",
                  "Xavier-normal v/o/FFN weights times beta = (8L)^(-1/4); alpha = (2L)^(1/4)",
                  placements=("post",), placement_why="Post-LN, LN(alpha*x + F(x))",
-                 own_depth_init=True),
+                 own_depth_init=True, write_rule="other"),
     ResidualSpec("hc", "H ← A_rᵀH + Bᵀ·F(A_mᵀH) ({n} × x)",
                  "A_m = e_(k mod n), A_r = I, B = 1, dynamic parts 0, their scales 0.01 (Zhu et al., eq. 14)",
                  widens="copies", params=_hc_params,
-                 wide_floats=lambda d, n, writes: writes * 4 * n * d),
+                 wide_floats=lambda d, n, writes: writes * 4 * n * d,
+                 write_rule="other"),
     ResidualSpec("mhc", "H ← combᵀH + post·F(preᵀH) ({n} × x, combᵀ 1 = 1)",
                  "projection ~ N(0, init_std), bias 0, scales 1; comb made doubly stochastic by Sinkhorn",
                  widens="copies", params=_mhc_params,
-                 wide_floats=lambda d, n, writes: writes * (4 * n * d + 40 * n * n)),
+                 wide_floats=lambda d, n, writes: writes * (4 * n * d + 40 * n * n),
+                 write_rule="other"),
     ResidualSpec("attnres", "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = F(x_l), w = 0",
                  "query w = 0 per write: every read starts as the mean of the earlier writes",
                  widens="history", params=lambda d, n: d,
@@ -175,7 +181,8 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
                  "with no norm layer to place", norms=("none",),
                  norm_why="keeps every hidden state on the unit sphere itself, with no norm "
                  "layer", params=lambda d, n: d, ffns=("swiglu",),
-                 ffn_why="scales SwiGLU's two inputs (s_u, s_v)", sphere=True),
+                 ffn_why="scales SwiGLU's two inputs (s_u, s_v)", sphere=True,
+                 write_rule="other"),
 )}
 
 NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (

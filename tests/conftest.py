@@ -11,6 +11,13 @@ import torch  # noqa: E402
 
 torch.set_num_threads(int(os.environ.get("DEPTHLAB_TEST_THREADS", "1")))
 
+# DEPTHLAB_TEST_RECIPES=1: a residual and a page section that exist only in tests, added
+# by their recipes before any test module imports depthlab (tests/recipes.py).
+if os.environ.get("DEPTHLAB_TEST_RECIPES"):
+    import recipes  # noqa: E402
+
+    recipes.register()
+
 
 # The browser tests' module fixtures (tests/page_harness.py holds the pieces; it is
 # imported only when a test asks for one, so the other tests never need playwright).

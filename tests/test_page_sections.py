@@ -38,8 +38,8 @@ def doubles() -> list[float]:
 
 def data_with_echo() -> dict:
     answers, grid = export.section_answers(ECHO)
-    stored, shared = export.share(export._round({"echo": answers}))
-    listing = [{"name": "echo", "method": "POST", "path": "/api/echo",
+    stored, shared = export.share(export._round({"_test_echo": answers}))
+    listing = [{"name": "_test_echo", "method": "POST", "path": "/api/_test_echo",
                 "defaults": sections.defaults(EchoRequest), "grid": grid}]
     return {"meta": {"sections": listing}, "sections": stored, "shared": shared}
 
@@ -77,9 +77,9 @@ def test_every_stored_request_is_keyed_alike(scratch):
 
 def test_a_static_copy_answers_a_sections_request(scratch):
     got = scratch.evaluate("""async () => { const s = DL.makeSource();
-        const on = s.snap("echo", {k: 2, x: 0.3});
-        return [on, await s.section("echo", on), await s.section("echo", {k: 1}),
-                await s.section("echo", {k: 2}).then(() => "found", (e) => e.message)]; }""")
+        const on = s.snap("_test_echo", {k: 2, x: 0.3});
+        return [on, await s.section("_test_echo", on), await s.section("_test_echo", {k: 1}),
+                await s.section("_test_echo", {k: 2}).then(() => "found", (e) => e.message)]; }""")
     assert got[0] == {"k": 2, "x": 0.25}  # moved onto the stored values
     assert got[1] == export._round(echo(EchoRequest(k=2, x=0.25)))  # shared list put back
     assert got[2] == export._round(echo(EchoRequest(k=1)))  # the default x filled in
@@ -102,9 +102,9 @@ def test_a_section_of_four_files_shows_live_and_static(browser, tmp_path):
             watch = Watch(page)
             page.goto(address)
             page.wait_for_function("() => window.DL && DL.ready", timeout=60000)  # a loaded machine
-            page.wait_for_function("() => document.getElementById('echo') && "
-                                   "document.getElementById('echo').textContent !== ''", timeout=30000)
-            assert page.inner_text("#echo") == "0.5"  # echo(k=2, x=0.25)["kx"]
+            page.wait_for_function("() => document.getElementById('_test_echo') && "
+                                   "document.getElementById('_test_echo').textContent !== ''", timeout=30000)
+            assert page.inner_text("#_test_echo") == "0.5"  # echo(k=2, x=0.25)["kx"]
             assert watch.errors == [] and page.evaluate("() => DL.errors") == [], address
     finally:
         for page, _ in pages:

@@ -32,20 +32,20 @@ def echo(req: EchoRequest) -> dict:
     return {"k": req.k, "kx": req.k * req.x, "label": req.label, "list": [1, 2, 3]}
 
 
-ECHO = Section("echo", "POST", "/api/echo", EchoRequest, echo, "test", "A section of this test only",
+ECHO = Section("_test_echo", "POST", "/api/_test_echo", EchoRequest, echo, "test", "A section of this test only",
                lru=8, static=lambda grid: [EchoRequest(k=1), EchoRequest(k=2, x=0.25)],
-               script="js/echo.js")
+               script="js/_test_echo.js")
 # Its JS module: a figure that draws its box from the section's answer, live or static.
 ECHO_JS = """(function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.figures = DL.figures || {};
-  DL.figures.echo = function (source, showError) {
-    const box = DL.h("section", { id: "echo" });
+  DL.figures._test_echo = function (source, showError) {
+    const box = DL.h("section", { id: "_test_echo" });
     document.querySelector("main").append(box);
     return {
       update() {
-        source.section("echo", { k: 2, x: 0.25 }).then((r) => { box.textContent = String(r.kx); }).catch(showError);
+        source.section("_test_echo", { k: 2, x: 0.25 }).then((r) => { box.textContent = String(r.kx); }).catch(showError);
       },
       relabel() {},
     };
@@ -80,26 +80,26 @@ def client(runs_dir) -> TestClient:
 
 def test_a_section_of_one_entry_gets_route_schema_meta_and_cache(with_echo, tmp_path):
     c = client(tmp_path)
-    r = c.post("/api/echo", json={"k": 3, "x": -0.5})
+    r = c.post("/api/_test_echo", json={"k": 3, "x": -0.5})
     assert r.status_code == 200 and r.json() == echo(EchoRequest(k=3, x=-0.5))
-    bad = c.post("/api/echo", json={"k": 10})
+    bad = c.post("/api/_test_echo", json={"k": 10})
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "k"
-    assert c.post("/api/echo", json={"k": 1, "y": 0}).status_code == 422  # unknown fields refused
+    assert c.post("/api/_test_echo", json={"k": 1, "y": 0}).status_code == 422  # unknown fields refused
     spec = c.get("/openapi.json").json()
-    op = spec["paths"]["/api/echo"]["post"]
+    op = spec["paths"]["/api/_test_echo"]["post"]
     assert op["tags"] == ["test"] and op["summary"] == "A section of this test only"
     assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/EchoRequest")
     assert spec["components"]["schemas"]["EchoRequest"]["properties"]["k"]["maximum"] == 9
     assert {"403", "413", "415", "422"} <= set(op["responses"])  # the server's own 4xx, documented
     listed = {s["name"]: s for s in c.get("/api/meta").json()["sections"]}
-    assert listed["echo"] == {"name": "echo", "method": "POST", "path": "/api/echo",
+    assert listed["_test_echo"] == {"name": "_test_echo", "method": "POST", "path": "/api/_test_echo",
                               "defaults": {"x": 0.5, "label": "ü \"q\""}}
     page = c.get("/").text  # its module is loaded before main.js, which builds its figure
-    assert page.index('<script src="static/js/echo.js">') < page.index('<script src="static/js/main.js">')
-    assert c.get("/static/js/echo.js").text == ECHO_JS
+    assert page.index('<script src="static/js/_test_echo.js">') < page.index('<script src="static/js/main.js">')
+    assert c.get("/static/js/_test_echo.js").text == ECHO_JS
     cached = compute.adapter(ECHO)
     hits = cached.cache_info().hits
-    c.post("/api/echo", json={"k": 3, "x": -0.5})
+    c.post("/api/_test_echo", json={"k": 3, "x": -0.5})
     assert cached.cache_info().hits == hits + 1
 
 
@@ -111,23 +111,28 @@ def test_a_section_of_one_entry_is_in_the_static_export(with_echo, monkeypatch, 
     data = json.loads(blob.replace("<\\/", "</"))
     assert ECHO_JS.replace("</script", "<\\/script") in html  # its module, inlined
     listed = {s["name"]: s for s in data["meta"]["sections"]}
-    assert listed["echo"]["path"] == "/api/echo" and listed["echo"]["grid"] == {"k": [1, 2], "x": [0.25, 0.5]}
+    assert listed["_test_echo"]["path"] == "/api/_test_echo" and listed["_test_echo"]["grid"] == {"k": [1, 2], "x": [0.25, 0.5]}
     want = {'{"k":1,"label":"ü \\"q\\"","x":0.5}': echo(EchoRequest(k=1)),
             '{"k":2,"label":"ü \\"q\\"","x":0.25}': echo(EchoRequest(k=2, x=0.25))}
-    assert {k: v["kx"] for k, v in data["sections"]["echo"].items()} == {k: v["kx"] for k, v in want.items()}
+    assert {k: v["kx"] for k, v in data["sections"]["_test_echo"].items()} == {k: v["kx"] for k, v in want.items()}
     # the list both answers repeat is stored once
-    for key, answer in data["sections"]["echo"].items():
+    for key, answer in data["sections"]["_test_echo"].items():
         assert data["shared"][answer["list"]["$shared"]] == want[key]["list"]
     assert list(data["sections"]["growth"]) == ['{"writes":128}']
     assert data["meta"]["simulator"]["x0_static"] == list(sections.STATIC_X0_MIX)  # the page reads it
 
 
 def test_the_built_in_sections_are_the_pages_routes():
-    """The registry holds the routes the page uses, and each answers through its cache."""
-    routes = {(s.method, s.path) for s in sections.SECTIONS}
-    assert routes == {("POST", "/api/simulate"), ("POST", "/api/sweep"), ("POST", "/api/composite"),
-                      ("POST", "/api/paths"), ("POST", "/api/norms"), ("POST", "/api/growth"),
-                      ("GET", "/api/block"), ("GET", "/api/anatomy/{config}"), ("GET", "/api/evolution")}
+    """The sections without a module of their own are the ones the page's scripts ask for
+    by name (`source.section(name, ...)`), a section with a module has its file, every route
+    is one section's, and each answers through its cache."""
+    own = {s.script for s in sections.SECTIONS if s.script}
+    scripts = [p for p in (sections.STATIC / "js").glob("*.js") if f"js/{p.name}" not in own]
+    asked = {name for p in scripts for name in re.findall(r'section\("([A-Za-z_]\w*)"', p.read_text())}
+    assert asked == {s.name for s in sections.SECTIONS if not s.script}
+    assert all((sections.STATIC / script).is_file() for script in own)
+    routes = [(s.method, s.path) for s in sections.SECTIONS]
+    assert len(routes) == len(set(routes)) and all(p.startswith("/api/") for _, p in routes)
     assert compute.simulate is compute.adapter(sections.section("simulate"))
     with pytest.raises(KeyError, match="no page section 'nope'"):
         sections.section("nope")
@@ -156,7 +161,11 @@ def test_a_static_copy_holds_x0_mixing_on_the_plain_residual(monkeypatch):
     assert sections.STATIC_X0_MIX == ("plain",) and all(RESIDUAL_SPECS[r].takes_x0_mix for r in sections.STATIC_X0_MIX)
     rows = sections.switches()
     assert [(r["residual"], r["norm"]) for r in rows if r["x0_mix"]] == [("plain", "none"), ("plain", "rmsnorm")]
-    assert len(rows) == len({request_key(r) for r in rows}) == 17 + 2
+    from depthlab.probes.simulator_bounds import NORMS
+
+    # every residual with each input norm it allows, then x0 mixing's rows
+    settings = sum(1 if s.needs_no_norm else len(NORMS) for s in RESIDUAL_SPECS.values())
+    assert len(rows) == len({request_key(r) for r in rows}) == settings + len(NORMS) * len(sections.STATIC_X0_MIX)
     monkeypatch.setitem(sections.GRIDS, "tiny", {"n": (4,), "g": (1.5,), "g_step": 1.0})
     for name, model, extra in (("sweep", SweepRequest, {}), ("simulate", SimulateRequest, {"g": 1.5})):
         answers, grid = export.section_answers(sections.section(name), "tiny")

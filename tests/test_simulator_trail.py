@@ -14,6 +14,7 @@ from depthlab.config import RESIDUALS
 from depthlab.locales import LANGS, table
 from depthlab.probes.simulator import TRAIL_WRITES, StackRequest, Trail, compare
 from depthlab.probes.simulator_bounds import PAGE_GAINS, PAGE_MAX_DEPTH
+from depthlab.variants import RESIDUAL_SPECS
 
 F64 = torch.float64
 
@@ -80,8 +81,7 @@ def test_red_states_are_f_applied_again_and_green_tips_are_the_sum_of_writes(mod
 def test_the_rule_is_measured_for_every_residual(residual, mode):
     t = compare(StackRequest(depth=12, gain=1.0, residual=residual), mode).improved.trail
     js = t.to_json()
-    expected = {"none": "replace", "plain": "add", "scaled": "add", "rezero": "add",
-                "attnres": "add"}.get(residual, "other")  # deepnorm rescales x, hc/mhc mix copies
+    expected = RESIDUAL_SPECS[residual].write_rule  # the spec states it; the trail measures it
     assert js["rule"] == expected
     assert ("wxy" in js) == (expected == "other")
     if residual == "rezero":  # a = 0 at init: nothing is written, the token stays put

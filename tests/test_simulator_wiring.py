@@ -118,10 +118,10 @@ class TwoCopies(registry.Residual):
 
 def test_a_residual_that_widens_the_stream_works_as_its_module_does(monkeypatch):
     # A residual is its spec (depthlab.variants) and its registry entry.
-    monkeypatch.setitem(RESIDUAL_SPECS, "twocopies", ResidualSpec("twocopies", "x ← x + F(x)", "none"))
-    monkeypatch.setitem(registry.RESIDUAL_BUILDERS, "twocopies", lambda cfg: TwoCopies())
+    monkeypatch.setitem(RESIDUAL_SPECS, "_test_twocopies", ResidualSpec("_test_twocopies", "x ← x + F(x)", "none"))
+    monkeypatch.setitem(registry.RESIDUAL_BUILDERS, "_test_twocopies", lambda cfg: TwoCopies())
     for norm in NORMS:
-        wide = StackRequest(depth=9, gain=1.3, residual="twocopies", norm=norm, ffn=True)
+        wide = StackRequest(depth=9, gain=1.3, residual="_test_twocopies", norm=norm, ffn=True)
         plain = StackRequest(depth=9, gain=1.3, residual="plain", norm=norm, ffn=True)
         a, b = compare(wide, "gradient").to_json(), compare(plain, "gradient").to_json()
         # Both copies get the plain stream's gradient: the RMS over copies of each copy's

@@ -57,6 +57,7 @@ def test_derived_groups_are_properties_of_the_specs():
         assert s.is_post == (s.placements == ("post",)) and s.norm_slot == ("post" if s.is_post else "pre")
         assert s.needs_no_norm == (s.norms == ("none",))
         assert s.takes_x0_mix == (not s.widens and not s.sphere and not s.needs_no_norm)
+        assert s.write_rule in ("add", "replace", "other")
     bounds = simulator_bounds.page_bounds()
     assert bounds["post_norm"] == [k for k, s in RESIDUAL_SPECS.items() if s.is_post]
     assert bounds["x0_mix"] == [k for k, s in RESIDUAL_SPECS.items() if s.takes_x0_mix]
@@ -147,11 +148,11 @@ LOAD_VARIANTS = textwrap.dedent("""
 # A residual that exists only in this test: x <- x + F(x) / 2, added the way the recipe in
 # docs/architecture.md says (a spec and a registry entry), before anything reads them.
 NEW_RESIDUAL = LOAD_VARIANTS + textwrap.dedent("""
-    variants.RESIDUAL_SPECS["half"] = variants.ResidualSpec(
-        "half", "x ← x + F(x) / 2", "nothing to initialise", write_scale=lambda writes: 0.5)
+    variants.RESIDUAL_SPECS["_test_half"] = variants.ResidualSpec(
+        "_test_half", "x ← x + F(x) / 2", "nothing to initialise", write_scale=lambda writes: 0.5)
 
     from depthlab.model import residual
-    residual.RESIDUAL_BUILDERS["half"] = lambda cfg: residual.ScaledResidual(cfg.write_scale)
+    residual.RESIDUAL_BUILDERS["_test_half"] = lambda cfg: residual.ScaledResidual(cfg.write_scale)
 
     from depthlab.config import RESIDUALS, ModelConfig, validate_model
     from depthlab.errors import UserError
@@ -163,15 +164,15 @@ NEW_RESIDUAL = LOAD_VARIANTS + textwrap.dedent("""
     from depthlab.web.lesson import page_facts
     from depthlab.web.schemas import SimulateRequest
 
-    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, residual="half"))
-    out = {"config": "half" in RESIDUALS, "write_scale": m.write_scale,
+    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, residual="_test_half"))
+    out = {"config": "_test_half" in RESIDUALS, "write_scale": m.write_scale,
            "built": Transformer(m).blocks[0].attn_residual.write_scale,
            "memory": estimate(m, 2, 8, True).total > 0,
-           "schema": SimulateRequest(residual="half").residual,
-           "meta": page_facts()["simulator"]["formulas"]["half"], "decode": _config_reason(m)}
+           "schema": SimulateRequest(residual="_test_half").residual,
+           "meta": page_facts()["simulator"]["formulas"]["_test_half"], "decode": _config_reason(m)}
     # 4 writes: scaled's 1/sqrt(4) is the new residual's 1/2, on the same weights
     half, scaled = (compare(StackRequest(residual=r, depth=4), "gradient").improved
-                    for r in ("half", "scaled"))
+                    for r in ("_test_half", "scaled"))
     out["simulator"] = [half.grad_norm == scaled.grad_norm, half.stream_rms == scaled.stream_rms]
     try:
         export_family(m)
@@ -197,16 +198,16 @@ def run_fresh(script: str) -> dict:
 def test_a_new_residual_is_its_spec_and_its_registry_entry():
     out = run_fresh(NEW_RESIDUAL)
     assert out["config"] and out["write_scale"] == 0.5 and out["built"] == 0.5
-    assert out["memory"] and out["schema"] == "half" and out["simulator"] == [True, True]
+    assert out["memory"] and out["schema"] == "_test_half" and out["simulator"] == [True, True]
     assert out["meta"] == "x ← x + F(x) / 2"
-    assert out["decode"] == "model.residual=half, which the decode step does not implement"
-    assert out["hf"].startswith('model.residual="half" has no Hugging Face equivalent')
+    assert out["decode"] == "model.residual=_test_half, which the decode step does not implement"
+    assert out["hf"].startswith('model.residual="_test_half" has no Hugging Face equivalent')
 
 
 # A norm that exists only in this test, x / max|x| * w, added the same way.
 NEW_NORM = LOAD_VARIANTS + textwrap.dedent("""
-    variants.NORM_SPECS["maxnorm"] = variants.NormSpec(
-        "maxnorm", "MaxNorm", "x / max|x| · w", "w = 1", params=lambda d: d)
+    variants.NORM_SPECS["_test_maxnorm"] = variants.NormSpec(
+        "_test_maxnorm", "MaxNorm", "x / max|x| · w", "w = 1", params=lambda d: d)
 
     import torch
     from torch import nn
@@ -221,7 +222,7 @@ NEW_NORM = LOAD_VARIANTS + textwrap.dedent("""
         def forward(self, x):
             return x / x.abs().amax(-1, keepdim=True) * self.weight
 
-    norms.NORM_CLASSES["maxnorm"] = MaxNorm
+    norms.NORM_CLASSES["_test_maxnorm"] = MaxNorm
 
     from depthlab.config import NORM_LABELS, NORMS, ModelConfig, validate_model
     from depthlab.errors import UserError
@@ -230,12 +231,12 @@ NEW_NORM = LOAD_VARIANTS + textwrap.dedent("""
     from depthlab.model.transformer import Transformer
     from depthlab.web.lesson import page_facts
 
-    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, norm="maxnorm"))
+    m = validate_model(ModelConfig(n_layers=2, d_model=32, n_heads=4, vocab_size=50, norm="_test_maxnorm"))
     model = Transformer(m)
     logits = model(torch.zeros(1, 5, dtype=torch.long))
-    out = {"config": "maxnorm" in NORMS, "label": NORM_LABELS["maxnorm"],
+    out = {"config": "_test_maxnorm" in NORMS, "label": NORM_LABELS["_test_maxnorm"],
            "finite": bool(torch.isfinite(logits).all()), "decode": _config_reason(m),
-           "meta": [s["label"] for s in page_facts()["variants"]["norms"] if s["key"] == "maxnorm"]}
+           "meta": [s["label"] for s in page_facts()["variants"]["norms"] if s["key"] == "_test_maxnorm"]}
     try:
         export_family(m)
         out["hf"] = "exported"
@@ -249,8 +250,8 @@ def test_a_new_norm_is_its_spec_and_its_registry_entry():
     out = run_fresh(NEW_NORM)
     assert out["config"] and out["label"] == "MaxNorm" and out["meta"] == ["MaxNorm"]
     assert out["finite"]
-    assert out["decode"] == "model.norm=maxnorm, which the decode step does not implement"
-    assert out["hf"].startswith('model.norm="maxnorm" has no Hugging Face equivalent')
+    assert out["decode"] == "model.norm=_test_maxnorm, which the decode step does not implement"
+    assert out["hf"].startswith('model.norm="_test_maxnorm" has no Hugging Face equivalent')
 
 
 def test_the_spec_table_and_its_torch_free_readers_load_no_torch():

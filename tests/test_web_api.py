@@ -69,8 +69,18 @@ def test_meta(client):
     assert sim["depth"] == [1, 64] and sim["gain"] == [0.5, 2.0] and sim["gain_step"] == 0.05
     assert sim["residuals"] == list(RESIDUAL_BUILDERS) and sim["norms"] == ["none", "rmsnorm"]
     assert sim["cli_max_depth"] == 256
-    # x0 mixing's switch: the residuals it applies to, and the mix the green formula prints
-    assert sim["x0_mix"] == ["none", "plain", "scaled", "rezero", "deepnorm"]
+    # x0 mixing's switch: the residuals the simulator takes it with, and the mix the green
+    # formula prints
+    from depthlab.errors import UserError
+    from depthlab.probes import StackRequest
+
+    def takes_x0_mix(residual: str) -> bool:
+        try:
+            return StackRequest(residual=residual, x0_mix=True).x0_mix
+        except UserError:
+            return False
+
+    assert sim["x0_mix"] == [r for r in sim["residuals"] if takes_x0_mix(r)] and "plain" in sim["x0_mix"]
     assert sim["x0_formula"] == "x ← λᵢ·x + μᵢ·x₀" and "x0_static" not in sim  # live: every one
 
 
