@@ -46,6 +46,7 @@ class ResidualSpec:
     key: str  # the registry key: CLI, config.json, metric log and page
     formula: str  # the write, as the simulator page prints it (marks: module docstring)
     init: str  # the init rule, in words
+    source: str = ""  # where the design comes from (the docs' tables cite it)
     widens: str = ""  # one of WIDENS: "copies" takes model.streams, "history" keeps all writes
     placements: tuple[str, ...] = ()  # the placements it allows; () = all
     placement_why: str = ""  # what it is, for the refusal of another placement
@@ -124,6 +125,7 @@ class NormSpec:
     formula: str
     init: str
     params: Callable[[int], int] = lambda d: 0  # learned parameters of one norm of width d
+    source: str = ""  # where the design comes from (the docs' tables cite it)
     hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen) uses it
 
     def public(self) -> dict[str, Any]:
@@ -149,30 +151,33 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
     ResidualSpec("none", "x ← F(x)", "no skip path: the stack of the naive plan",
                  write_rule="replace"),
     ResidualSpec("plain", "x ← x + F(x)", "nothing to initialise (He et al. 2016)",
-                 hf_export=True),
+                 hf_export=True, source="He et al. 2016"),
     ResidualSpec("scaled", "x ← x + F(x) / √N", "each of the 2L writes times 1/sqrt(2L) at run time",
-                 write_scale=lambda writes: 1.0 / math.sqrt(writes)),
+                 write_scale=lambda writes: 1.0 / math.sqrt(writes),
+                 source="GPT-2's 1/sqrt(2L) (Radford et al. 2019) on the writes"),
     ResidualSpec("rezero", "x ← x + a·F(x), a = 0",
                  "one scalar a per write, 0 at init: every block starts as the identity",
-                 params=lambda d, n: 1),
+                 params=lambda d, n: 1, source="Bachlechner et al. 2020"),
     ResidualSpec("deepnorm", "x ← ⟦α·x + F(x)⟧, α = (2L)^¼, L = ⌈N/2⌉, W·β",
                  "Xavier-normal v/o/FFN weights times beta = (8L)^(-1/4); alpha = (2L)^(1/4)",
                  placements=("post",), placement_why="Post-LN, LN(alpha*x + F(x))",
-                 own_depth_init=True, write_rule="other"),
+                 own_depth_init=True, write_rule="other",
+                 source="DeepNet (Wang et al. 2022)"),
     ResidualSpec("hc", "H ← A_rᵀH + Bᵀ·F(A_mᵀH) ({n} × x)",
                  "A_m = e_(k mod n), A_r = I, B = 1, dynamic parts 0, their scales 0.01 (Zhu et al., eq. 14)",
                  widens="copies", params=_hc_params,
                  wide_floats=lambda d, n, writes: writes * 4 * n * d,
-                 write_rule="other"),
+                 write_rule="other", source="Zhu et al., ICLR 2025"),
     ResidualSpec("mhc", "H ← combᵀH + post·F(preᵀH) ({n} × x, combᵀ 1 = 1)",
                  "projection ~ N(0, init_std), bias 0, scales 1; comb made doubly stochastic by Sinkhorn",
                  widens="copies", params=_mhc_params,
                  wide_floats=lambda d, n, writes: writes * (4 * n * d + 40 * n * n),
-                 write_rule="other"),
+                 write_rule="other", source="DeepSeek mHC, as in DeepSeek-V4"),
     ResidualSpec("attnres", "x_l = k·Σᵢ softmax(w·vᵢ)·vᵢ; v_l = F(x_l), w = 0",
                  "query w = 0 per write: every read starts as the mean of the earlier writes",
                  widens="history", params=lambda d, n: d,
-                 wide_floats=lambda d, n, writes: writes * (writes + 1) * d),
+                 wide_floats=lambda d, n, writes: writes * (writes + 1) * d,
+                 source="Kimi, Attention Residuals 2026"),
     ResidualSpec("ngpt", "x ← N(x + α·(N(F(x)) − x)), N(v) = v/‖v‖",
                  "α = 0.05 per dimension (stored at 1/√d); embedding and every weight row "
                  "on the unit sphere, kept there after every step; no norm layers "
@@ -182,19 +187,19 @@ RESIDUAL_SPECS: dict[str, ResidualSpec] = {s.key: s for s in (
                  norm_why="keeps every hidden state on the unit sphere itself, with no norm "
                  "layer", params=lambda d, n: d, ffns=("swiglu",),
                  ffn_why="scales SwiGLU's two inputs (s_u, s_v)", sphere=True,
-                 write_rule="other"),
+                 write_rule="other", source="nGPT (Loshchilov et al., ICLR 2025)"),
 )}
 
 NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (
     NormSpec("none", "", "h", "no norm"),
     NormSpec("layernorm", "LayerNorm", "(x - mean) / sqrt(var + eps) · γ + β", "γ = 1, β = 0",
-             params=lambda d: 2 * d),
+             params=lambda d: 2 * d, source="Ba et al. 2016"),
     NormSpec("rmsnorm", "RMSNorm", "x / sqrt(mean(x²) + eps) · w", "w = 1",
-             params=lambda d: d, hf_export=True),
+             params=lambda d: d, hf_export=True, source="Zhang & Sennrich 2019"),
     NormSpec("rmsnorm_zero_centered", "RMSNorm (1+w)", "x / sqrt(mean(x²) + eps) · (1 + w)",
-             "w = 0", params=lambda d: d),
+             "w = 0", params=lambda d: d, source="Gemma, Qwen3-Next"),
     NormSpec("dyt", "DyT", "w · tanh(α·x) + b", "α = 0.5, w = 1, b = 0",
-             params=lambda d: 2 * d + 1),
+             params=lambda d: 2 * d + 1, source="Zhu et al. 2025"),
 )}
 
 # The other registries, keys only (their facts live with their code).

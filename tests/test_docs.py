@@ -114,3 +114,40 @@ def test_table_cells_splits_rows_and_keeps_escaped_bars():
 def test_no_table_cell_reads_as_a_paragraph(page):
     long = [c[:60] + "..." for c in table_cells(page.read_text(encoding="utf-8")) if len(c) > CELL_LIMIT]
     assert not long, f"{page.name}: cells over {CELL_LIMIT} characters: {long}"
+
+
+def _docs_lists():
+    spec = importlib.util.spec_from_file_location("docs_lists", ROOT / "scripts" / "docs_lists.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_list_of_the_registries_is_generated_from_them(page):
+    """Each marked list (residuals, norms, placements, FFNs, presets, shortcuts, sections)
+    is what scripts/docs_lists.py writes from the tables today."""
+    text = page.read_text(encoding="utf-8")
+    assert _docs_lists().generated(text, page.name) == text, "run python scripts/docs_lists.py"
+
+
+def test_a_variant_added_without_regenerating_the_docs_is_caught(monkeypatch):
+    from depthlab import variants
+
+    script = _docs_lists()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert script.generated(readme) == readme
+    monkeypatch.setitem(variants.RESIDUAL_SPECS, "_test_half",
+                        variants.ResidualSpec("_test_half", "x ← x + F(x) / 2", "nothing to initialise"))
+    assert "`_test_half`" in script.generated(readme) != readme
+    # every registry the docs list has its marker in the README or a docs page
+    used = {m.group(2) for p in PAGES for m in script.MARKED.finditer(p.read_text(encoding="utf-8"))}
+    assert used == set(script.LISTS)
+
+
+def test_the_residual_modules_docstring_names_every_residual():
+    from depthlab.model import residual
+    from depthlab.variants import RESIDUAL_SPECS
+
+    entries = residual.__doc__.split("Entries:", 1)[1]
+    assert [k for k in RESIDUAL_SPECS if not re.search(rf"^\s+{k}\b", entries, re.M)] == []
