@@ -137,8 +137,6 @@ class LogitScale(nn.Module):
         return logits * self.s_z()
 
 
-# The modules whose parameters `init_weights` resets (ScaledVector through its owners).
-NGPT_PARAMETERS = (NGPTResidual, SphereQK, SwiGLUScales, LogitScale)
 
 
 def sphere_axis(name: str, module: nn.Module) -> int | None:

@@ -145,14 +145,9 @@ RESIDUAL_BUILDERS = {
 }
 
 
-# Residuals with parameters: `init_weights` calls their reset_parameters.
-RESIDUAL_PARAMETERS = (ReZeroResidual, HyperConnection, ManifoldHyperConnection,
-                       AttentionResidual, NGPTResidual)
-
-
 def make_residual(cfg: ModelConfig) -> Residual:
     """One write's residual module for `cfg.residual` (validated with the config)."""
     return RESIDUAL_BUILDERS[cfg.residual](cfg)
 
 
-__all__ = ["RESIDUAL_BUILDERS", "RESIDUAL_PARAMETERS", "Residual", "make_residual", "stream_view"]
+__all__ = ["RESIDUAL_BUILDERS", "Residual", "make_residual", "stream_view"]

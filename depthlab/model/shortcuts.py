@@ -228,8 +228,6 @@ def value_embedding(cfg: ModelConfig, layer: int) -> ValueEmbedding | None:
         else None
 
 
-# Modules with parameters of their own: `init_weights` calls their reset_parameters.
-SHORTCUT_PARAMETERS = (X0Mix, UNetSkip, ValueEmbedding, Smear, Backout)
 # Parameter names of gates: matrices by shape, but no weight decay (a value embedding's
 # `table` is an embedding: decayed with train.decay_embeddings, as the token embedding is).
 NO_DECAY_PARTS = ("value_embed.gate", "smear.gate")

@@ -20,15 +20,13 @@ from depthlab.model.attention import (
     Attention,
     KVCache,
     LayerCache,
-    ValueResidual,
     rope_cos_sin,
 )
 from depthlab.model.ffn import make_ffn
-from depthlab.model.ngpt import NGPT_PARAMETERS, LogitScale, renormalise
-from depthlab.model.norms import NORM_CLASSES, make_norm
-from depthlab.model.residual import RESIDUAL_PARAMETERS, make_residual
+from depthlab.model.ngpt import LogitScale, renormalise
+from depthlab.model.norms import make_norm
+from depthlab.model.residual import make_residual
 from depthlab.model.shortcuts import (
-    SHORTCUT_PARAMETERS,
     EmbedShortcuts,
     backout,
     has_embed_shortcuts,
@@ -76,9 +74,17 @@ class Block(nn.Module):
         # Stream shortcuts applied to the block's input by the model (depthlab.model.shortcuts):
         self.x0_mix = x0_mix(cfg, layer)  # x <- resid * x + x0 * x0
         self.unet_skip = unet_skip(cfg, layer)  # x <- x + w * (output of the mirrored block)
-        for name in ("resid_pre", "attn_in", "attn_out", "attn_write", "resid_mid",
-                     "mlp_in", "mlp_out", "mlp_write", "resid_post"):
-            setattr(self, f"hook_{name}", HookPoint())
+        # Hook points, TransformerLens names, in forward order. The stream is [B, T, D], or
+        # [B, T, n, D] for a residual that carries n copies; a sublayer's input is [B, T, D].
+        self.hook_resid_pre = HookPoint()  # [B, T, (n,) D] the stream entering the block
+        self.hook_attn_in = HookPoint()  # [B, T, D] attention's input, after its input norm
+        self.hook_attn_out = HookPoint()  # [B, T, D] attention's output, after its output norm
+        self.hook_attn_write = HookPoint()  # [B, T, D] that output as it enters (write scale)
+        self.hook_resid_mid = HookPoint()  # [B, T, (n,) D] the stream between the sublayers
+        self.hook_mlp_in = HookPoint()  # [B, T, D] the FFN's input, after its input norm
+        self.hook_mlp_out = HookPoint()  # [B, T, D] the FFN's output, after its output norm
+        self.hook_mlp_write = HookPoint()  # [B, T, D] that output as it enters (write scale)
+        self.hook_resid_post = HookPoint()  # [B, T, (n,) D] the stream leaving the block
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 cache: LayerCache | None = None, v_first: torch.Tensor | None = None,
@@ -257,21 +263,37 @@ class Transformer(HookedModule):
 OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the residual stream
 
 
-def init_weights(model: Transformer, gain: float | None = None) -> None:
-    """Initialise every weight; the one place init rules live.
+def resets_itself(module: nn.Module) -> bool:
+    """A module whose init is its own `reset_parameters` (a norm, a residual's or a
+    shortcut's scalars and gates, nGPT's scales): everything but the linears and embeddings,
+    whose init is the depth rule of `init_weights`."""
+    return hasattr(module, "reset_parameters") and not isinstance(module, (nn.Linear, nn.Embedding))
 
-    Linears and embeddings ~ normal(0, init_std * gain); the projections that write
-    into the residual stream get `ModelConfig.out_proj_std` (with `scaled_init`,
-    init_std * gain / sqrt(2L): GPT-2, Radford et al. 2019), each times the residual's
-    `init_scale` for it (deepnorm's beta). Biases start at 0; norms and residuals with
-    parameters start at their own identity values, value-residual lambdas and the stream
-    shortcuts' scalars, gates and tables at theirs (depthlab.model.shortcuts).
+
+def init_weights(model: Transformer, gain: float | None = None) -> None:
+    """Initialise every weight; the one place init rules live. In module order:
+
+    | tensor                                   | init                                           |
+    | ---------------------------------------- | ---------------------------------------------- |
+    | embed_tokens, pos_embed (nn.Embedding)   | normal(0, init_std * gain)                     |
+    | every nn.Linear weight (q/k/v, gate, up) | normal(0, init_std * gain)                     |
+    | o_proj, down_proj (they write the stream) | normal(0, out_proj_std): init_std * gain /     |
+    |                                          | sqrt(2L) with scaled_init (GPT-2, Radford 2019) |
+    | ... each, for the residual's design      | times `init_scale(name)` from `init_base(std)` |
+    |                                          | (deepnorm: Xavier-normal v/o/FFN times beta)   |
+    | every nn.Linear bias                     | 0                                              |
+    | every other module with parameters       | its own `reset_parameters`: a norm's identity, |
+    |                                          | a residual's, a shortcut's and nGPT's values   |
+    |                                          | as their specs' `init` says (depthlab.variants)|
+    | with a residual `on_sphere` (nGPT)       | then every weight vector onto the unit sphere  |
+
+    The depth scaling lives here alone (`ModelConfig.out_proj_std` and the residual's
+    `init_scale`); a new module with parameters brings its `reset_parameters` and needs
+    no entry here.
     """
     cfg = model.cfg if gain is None else replace(model.cfg, init_gain=gain)
     std, out_std = cfg.init_std * cfg.init_gain, cfg.out_proj_std
     residual = model.blocks[0].attn_residual
-    resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, *NGPT_PARAMETERS, ValueResidual,
-                  *SHORTCUT_PARAMETERS)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             base = residual.init_base(module, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)
@@ -280,7 +302,7 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, 0.0, std)
-        elif isinstance(module, resettable):
+        elif resets_itself(module) and module is not model:
             module.reset_parameters()
     if cfg.on_sphere:  # every weight vector along d_model on the unit sphere
         renormalise(model)

@@ -60,8 +60,9 @@ import torch
 from depthlab.config import ModelConfig
 from depthlab.errors import UserError
 from depthlab.model.norms import make_norm
-from depthlab.model.residual import RESIDUAL_BUILDERS, RESIDUAL_PARAMETERS, Residual
+from depthlab.model.residual import RESIDUAL_BUILDERS, Residual
 from depthlab.model.shortcuts import x0_mix_init
+from depthlab.model.transformer import resets_itself
 from depthlab.probes.jsonsafe import json_list, json_number
 from depthlab.probes.simulator_bounds import MAX_DEPTH, MAX_GAIN, NORMS, SIM_STREAMS, SWEEP_GAINS
 from depthlab.variants import RESIDUAL_SPECS, keys_where
@@ -370,7 +371,7 @@ class Wiring:
         module = RESIDUAL_BUILDERS[cfg.residual](cfg).to(DTYPE)
         module.write_index = k  # as the Transformer numbers its writes (HC's init reads it)
         for part in module.modules():  # the model's init_weights does the same
-            if isinstance(part, RESIDUAL_PARAMETERS):
+            if resets_itself(part):
                 part.reset_parameters()
         return module.requires_grad_(False)  # only the stream's gradient is measured
 
