@@ -135,7 +135,16 @@ def check_section(page, body: dict, lang: str = "en") -> list[str]:
             bad.append(f"{name}: question")
         if sec.locator(".reading").inner_text() != body["readings"][name][lang]:
             bad.append(f"{name}: reading {sec.locator('.reading').inner_text()!r}")
+        bad += check_reading_code(sec, body["readings"][name], lang, name)
     return bad + check_views(page, r)
+
+
+def check_reading_code(sec, reading: dict, lang: str, name: str) -> list[str]:
+    """The reading's code spans are exactly the tokens its parts keep apart (none for a
+    reading without tokens): an apostrophe in the prose ("layer's") opens no code span."""
+    want = reading["parts"][lang][1::2] if "parts" in reading else []
+    shown = sec.locator(".reading code").all_inner_texts()
+    return [] if shown == want else [f"{name}: code spans {shown}, want the tokens {want}"]
 
 
 def probe(runs: Path, run: str, prompt: str, target: str | None = None) -> dict:
@@ -396,6 +405,33 @@ def test_byte_level_tokens_read_as_text_and_the_zh_view_offers_a_chinese_run(tmp
         again, _ = open_section(browser, page.url)
         assert again.input_value("#rm-target") == " Paris"
         again.close()
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+        page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_every_reading_of_every_shipped_prompt_sets_only_its_tokens_as_code(tmp_path, browser):
+    """Each shipped prompt on a byte-level run (it reads them all), in both languages: every
+    section's reading is the API's, and its only code spans are the tokens it quotes."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    byte_level_runs(root)
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=en&rrun=english-import", 1400)
+        for lang in ("en", "zh"):
+            for p in PROMPTS:
+                page.evaluate("(s) => DL.state.set(s)", {"lang": lang, "rp": p["id"], "rtgt": ""})
+                page.wait_for_function("([lang, text]) => { const r = DL.realmodel.result(); return DL.lang() === lang "
+                                       "&& r && r.prompt === text && !DL.realmodel.busy; }",
+                                       arg=[lang, p["text"]], timeout=60000)
+                body = probe(root, "english-import", p["text"], p["target"])
+                bad = [b for name in SECTIONS for b in check_reading_code(
+                    page.locator(f"#rm-sec-{name}"), body["readings"][name], lang, name)]
+                assert bad == [], (lang, p["id"])
+                assert page.locator("#rm-sec-attention .reading code").count() == 1
         assert watch.errors == [] and page.evaluate("() => DL.errors") == []
         page.close()
     finally:

@@ -72,17 +72,12 @@
       data: (r) => [range(0, r.ablation.delta_loss.length - 1), [r.ablation.delta_loss]] },
   ];
 
-  // A reading from the API with the tokens it quotes (' Paris') set as code.
-  function withTokens(text) {
-    const out = [];
-    let last = 0;
-    text.replace(/'[^']*'|"[^"]*"/g, (m, at) => {
-      out.push(text.slice(last, at), h("code", {}, m));
-      last = at + m.length;
-      return m;
-    });
-    out.push(text.slice(last));
-    return out;
+  // A reading from the API in the page's language, with the tokens it quotes (' Paris')
+  // set as code: its "parts" alternate prose and token (odd items), so no apostrophe in
+  // the prose is ever taken for a quote. A reading without parts is all prose.
+  function withTokens(reading) {
+    const parts = reading && reading.parts ? reading.parts[DL.lang()] || reading.parts.en : [DL.tr(reading)];
+    return parts.map((part, i) => (i % 2 ? h("code", {}, part) : part));
   }
 
   // A template whose fields in `codes` are set as <code> (token text, a run's name), so
@@ -247,7 +242,7 @@
       function section(name) {
         const sec = h("div", { class: "rm-section", id: "rm-sec-" + name });
         sec.append(h("h3", {}, DL.tr(q[name])));
-        sec.append(h("p", { class: "reading" }, withTokens(DL.tr(result.readings[name]))));
+        sec.append(h("p", { class: "reading" }, withTokens(result.readings[name])));
         if (name === "attention") {
           const a = r.attention;
           sec.append(h("p", { class: "readout" }, DL.t("rm.heads", { n: a.n_heads_above, total: a.first_token_share.flat().length,
