@@ -11,8 +11,9 @@ caller; the page's `DL.t(key, values)` fills the same templates from the same fi
 so the CLI, the experiment reports and the page say the same thing.
 
 Chinese prose uses full-width punctuation and one term per concept: glossary.json
-beside the language folders names the term (词元 for token, 残差流 for residual
-stream, ...) and the variants it replaces; tests/test_locales_zh.py checks both.
+beside the language folders names the term (token kept in English, as the course
+writes it; 残差流 for residual stream, ...) and the variants it replaces;
+tests/test_locales_zh.py checks both.
 """
 
 from __future__ import annotations

@@ -272,7 +272,7 @@
         else throw e;
       }
 
-      const describeValue = (v) => (v === 0 && spec.yLog ? "0 (" + DL.t("chart.underflow") + ")" : DL.fmt(v, 5));
+      const describeValue = (v) => (v === 0 && spec.yLog ? DL.t("chart.zero", { why: DL.t("chart.underflow") }) : DL.fmt(v, 5));
       function hoverText(i) {
         const x = raw.xs[i];
         return spec.series.map((s, k) => {
@@ -280,24 +280,25 @@
           if (v === undefined) return "";
           if (spec.hover) return spec.hover(x, v, k, describeValue(v));
           const lab = typeof s.label === "function" ? s.label() : s.label;
-          return (spec.xName ? spec.xName() : spec.xLabel()) + " " + DL.fmt(x, 4) + ": " + lab + " = " + describeValue(v);
+          return DL.t("chart.hover", { x: spec.xName ? spec.xName() : spec.xLabel(), at: DL.fmt(x, 4), label: lab, v: describeValue(v) });
         }).filter(Boolean).join("\n");
       }
       function summary() {
         const name = spec.title ? spec.title() : spec.yLabel();
         if (!raw.xs.length) return name;
-        if (spec.describe) return name + ". " + spec.describe(raw.xs, raw.ys);
+        // the punctuation between the parts is the language's (，。：； in Chinese)
+        if (spec.describe) return DL.t("chart.summary", { name, parts: spec.describe(raw.xs, raw.ys) });
         const last = raw.xs.length - 1;
         const parts = spec.series.map((s, k) => {
           const lab = typeof s.label === "function" ? s.label() : s.label;
           const ys = raw.ys[k];
           const band = raw.bands && raw.bands[k];
-          return lab + ": " + spec.xLabel() + " " + DL.fmt(raw.xs[0]) + " → " + describeValue(ys[0]) + ", " +
-            DL.fmt(raw.xs[last]) + " → " + describeValue(ys[last]) +
-            (band && band[0][last] != null && band[1][last] != null
-              ? DL.t("hover.band", { lo: DL.fmt(band[0][last], 4), hi: DL.fmt(band[1][last], 4) }) : "");
+          return DL.t("chart.summary.series", { label: lab, x: spec.xLabel(), x0: DL.fmt(raw.xs[0]), y0: describeValue(ys[0]),
+            x1: DL.fmt(raw.xs[last]), y1: describeValue(ys[last]),
+            band: band && band[0][last] != null && band[1][last] != null
+              ? DL.t("hover.band", { lo: DL.fmt(band[0][last], 4), hi: DL.fmt(band[1][last], 4) }) : "" });
         });
-        return name + ". " + parts.join("; ");
+        return DL.t("chart.summary", { name, parts: parts.join(DL.t("chart.summary.sep")) });
       }
 
       // The y axis's width in CSS pixels: its longest label measured in the axis font, plus
