@@ -559,3 +559,64 @@ def test_smollm2_shows_its_attention_sink(tmp_path, browser):
     finally:
         stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_at_390_px_the_lens_answer_stays_in_view_and_counts_read_right(tmp_path, browser):
+    """A phone-wide screen: the lens grid scrolls, and its last column (the model's answer)
+    stays inside the screen, uncovered, in every row; the rank chart has no tick below
+    rank 1 (its least value); the run list says "1 layer" and "2 layers" (one form in zh)."""
+    import torch
+
+    from depthlab import rundir
+    from depthlab.config import apply_overrides
+    from depthlab.locales import table
+    from depthlab.model import Transformer
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    byte_level_runs(root)
+    cfg = apply_overrides(rundir.read_config(root / "hlm-course")[0], ["model.n_layers=1"])
+    torch.manual_seed(0)
+    rundir.write_config(root / "one-layer", cfg)
+    rundir.save_weights(root / "one-layer", Transformer(cfg.model))
+    shutil.copy(root / "hlm-course" / rundir.TOKENIZER_FILE, root / "one-layer" / rundir.TOKENIZER_FILE)
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=en&rrun=english-import&rp=residual", 390)
+        page.wait_for_function("() => DL.realmodel.views().grid", timeout=60000)
+        # each row brought into view vertically; the grid's own scroll stays where it starts
+        cells = page.evaluate("""() => {
+          const t = DL.realmodel.views().grid.table;
+          return [...t.querySelectorAll('tr')].map((tr) => {
+            window.scrollTo(0, window.scrollY + tr.getBoundingClientRect().top - 300);
+            const c = tr.lastElementChild;
+            const b = c.getBoundingClientRect();
+            const hit = document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
+            return {left: b.left, right: b.right, mine: !!hit && c.contains(hit), at: t.parentElement.scrollLeft,
+                    scrolls: t.parentElement.scrollWidth > t.parentElement.clientWidth};
+          });
+        }""")
+        bad = []
+        assert cells and all(c["scrolls"] and c["at"] == 0 for c in cells)  # the prompt is wider than the screen
+        if not all(0 <= c["left"] and c["right"] <= 390 and c["mine"] for c in cells):
+            bad.append(f"the answer column is out of view: {cells[:2]}")
+        rank = page.evaluate("() => DL.charts.all()['rm-rank']")
+        if rank["yScale"][0] < 0 or min(v for v, label in rank["yTicks"] if label) < 0:
+            bad.append(f"rank ticks below 1: {rank['yTicks']}")
+        for lang in ("en", "zh"):
+            page.evaluate("(l) => DL.state.set({lang: l})", lang)
+            page.wait_for_function("(l) => DL.lang() === l", arg=lang)
+            shown = {o["value"]: o["text"] for o in page.eval_on_selector_all(
+                "#rm-run option", "os => os.map((o) => ({value: o.value, text: o.textContent}))")}
+            for r in list_runs(root):
+                n = r["n_layers"]
+                word = table(lang)["rm.layers.one" if lang == "en" and n == 1 else "rm.layers"].format(n=n)
+                if not shown[r["name"]].endswith(word):
+                    bad.append(f"{lang}: {shown[r['name']]!r} does not end with {word!r}")
+        assert bad == []
+        assert shown["one-layer"].endswith("1 层") and "1 layers" not in " ".join(shown.values())
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+        page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
