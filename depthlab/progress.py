@@ -11,7 +11,10 @@ says where the work is, the latest figures (loss, tokens/s) and the time left:
 The trainer, the experiment runner and export-page all report through `Progress`.
 Items of unequal cost (the runs of a depth sweep: 1 to 12 layers) get `weights`, their
 planned work, and the time left is the work left at the rate measured on the work done:
-the first, smallest runs' rate per run would promise a fraction of the real time.
+the first, smallest runs' rate per run would promise a fraction of the real time. An
+item's own progress (`within`: a run's steps) both moves the work done and sets where
+the rate is measured from: the first run's first step, not the start, so one-time
+set-up (reading the corpus, importing torch) is not charged to every run still to come.
 """
 
 from __future__ import annotations
@@ -80,7 +83,10 @@ class Progress:
         self.done = initial or 0
         self.bar = None
         self.as_lines = False
-        self._base: tuple[int, float] | None = None  # (count, time) the rate is measured from
+        # (work done, time) the rate is measured from; None: nothing measured yet
+        self._base: tuple[float, float] | None = None
+        self._within = 0.0  # the share of the item in progress that is done (`within`)
+        self._rebase = True  # the next `within` sets the base: the set-up before it is not work
         if not enabled:
             return
         if tty if tty is not None else _isatty(self.stream):
@@ -96,24 +102,33 @@ class Progress:
         now = clock()
         self._started = self._last_line = now
         if initial is not None:
-            self._base = (self.done, now)
+            self._base = (self._work(self.done), now)
 
     def skip(self, done: int) -> None:
         """`done` units were already finished (a resumed run, a finished run skipped):
         they move the count, not the rate the time left is estimated from."""
-        self.done = done
+        self.done, self._within, self._rebase = done, 0.0, True
         if self.bar is not None:
             self.bar.n = self.bar.last_print_n = done
             self.bar.refresh()
         if self.as_lines or self.bar is not None:
-            self._base = (done, self.clock())
+            self._base = (self._work(done), self.clock())
+
+    def within(self, fraction: float) -> None:
+        """The item in progress (the one after `done`) is `fraction` done (a run at step
+        k of n: k / n). The first call after the start or a `skip` is where the rate is
+        measured from, so the time before it (set-up, the first step) counts as no work;
+        it prints nothing (the item's own bar does)."""
+        self._within = min(max(fraction, 0.0), 1.0)
+        if self._rebase and (self.as_lines or self.bar is not None):
+            self._base, self._rebase = (self._at(), self.clock()), False
 
     def report(self, done: int, **stats: object) -> None:
         """`done` units are finished; `stats` (loss=, tokens_per_s=, a label) go beside it."""
-        self.done = done
+        self.done, self._within, self._rebase = done, 0.0, False
         now = self.clock()
         if self._base is None and (self.as_lines or self.bar is not None):
-            self._base = (done, now)  # the count before the first report is unknown
+            self._base = (self._work(done), now)  # the count before the first report is unknown
         if self.bar is not None:
             text = format_stats(stats)
             if self.work:
@@ -134,21 +149,34 @@ class Progress:
         if self.total:
             head += f" ({100 * self.done / self.total:.0f}%)"
         parts = [head, format_stats(stats), format_duration(now - self._started)]
-        eta = self.eta(now)
-        parts.append(f"ETA {format_duration(eta)}" if eta is not None else "ETA unknown")
+        parts.append(self.eta_text(now))
         return ", ".join(p for p in parts if p)
+
+    def eta_text(self, now: float | None = None) -> str:
+        """"ETA 3m05s", or "ETA unknown" before any work is measured."""
+        eta = self.eta(self.clock() if now is None else now)
+        return f"ETA {format_duration(eta)}" if eta is not None else "ETA unknown"
 
     def eta(self, now: float) -> float | None:
         """Seconds left: the work left at the rate measured since the base point (work
         done / time taken); None before any progress."""
         if self._base is None:
             return None
-        base_done, base_t = self._base
-        if self.done <= base_done or now <= base_t:
+        base_work, base_t = self._base
+        at = self._at()
+        if at <= base_work or now <= base_t:
             return None if self.done < self.total else 0.0
-        work = self.work or range(self.total + 1)
-        left, done = work[self.total] - work[self.done], work[self.done] - work[base_done]
-        return left * (now - base_t) / done
+        return (self._work(self.total) - at) * (now - base_t) / (at - base_work)
+
+    def _work(self, items: int) -> float:
+        """The planned work of the first `items` items (their count without weights)."""
+        return self.work[items] if self.work else float(items)
+
+    def _at(self) -> float:
+        """The work done: the finished items' and the share `within` gave of the next one."""
+        if self._within and self.done < self.total:
+            return self._work(self.done) + self._within * (self._work(self.done + 1) - self._work(self.done))
+        return self._work(self.done)
 
     def _emit(self, text: str) -> None:
         sys.stdout.flush()  # keep order with what stdout printed before, when both go to a log

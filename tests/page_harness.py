@@ -194,7 +194,7 @@ REALMODEL_SETTLED = """() => window.DL && DL.realmodel && !DL.realmodel.busy &&
 # names, and code (inside <code>/<pre>, or identifiers with a digit, an underscore or a dot).
 ALLOWED = set("""
 RMS RMSNorm LayerNorm Pre-Norm Post-Norm Pre-LN Post-LN Pre-RMSNorm QK-norm FFN SwiGLU GELU ReLU
-sigmoid softmax logit logits warmup nats Transformer DenseNet depthlab gamma beta eps LM
+sigmoid softmax logit logits warmup nats token Transformer DenseNet depthlab gamma beta eps LM
 course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswani Radford Touvron
 Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
 none sqrt residual English GGUF TransformerLens arccos cos ReZero rezero

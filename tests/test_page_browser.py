@@ -236,3 +236,32 @@ def test_a_chart_error_is_shown(live, browser):
     assert page.is_visible("#page-errors") and "no label for this axis" in page.inner_text("#page-errors")
     assert page.evaluate("() => DL.errors") == ["no label for this axis"]
     page.close()
+
+
+def test_every_linear_chart_starts_at_zero_or_says_where_it_starts(live, browser):
+    """A linear y axis that does not reach zero (the project's losses) carries a break mark
+    and says where it starts beside its label, in both languages; the simulator's stream
+    RMS, a size, starts at zero."""
+    from depthlab.locales import table
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
+    watch = Watch(page)
+    for lang in ("en", "zh"):
+        page.goto(live + f"#lang={lang}")
+        page.wait_for_function("() => window.DL && DL.ready", timeout=20000)
+        page.wait_for_selector("#exp-residual canvas", timeout=20000)
+        _wait_readout(page, 32)
+        note = table(lang)["chart.broken.low"].split("{v}")[0]
+        charts = page.evaluate("() => DL.charts.all()")
+        linear = {k: c for k, c in charts.items() if not c["log"] and c["yScale"]}
+        above = {k for k, c in linear.items() if c["yScale"][0] > 0}
+        assert above, "no linear chart starts above zero: nothing is checked"
+        for k, c in linear.items():
+            if k in above:
+                assert c["broken"] == c["yScale"][0] and note in c["yTitle"], (k, c["yTitle"])
+            else:
+                assert c["broken"] is None and note not in c["yTitle"], k
+        for k in ("c-plain-rms", "c-improved-rms"):
+            assert linear[k]["yScale"][0] == 0 and max(linear[k]["ys"][0]) > 1, k
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    page.close()

@@ -127,3 +127,35 @@ def test_keyboard_reads_values(live, browser):
     tip.wait_for(state="visible")
     assert tip.inner_text().startswith("sublayer 2:")
     page.close()
+
+
+# ASCII , : ; next to Chinese (a character or full-width punctuation, a space between
+# allowed), or ( ) next to a Chinese character: the half-width punctuation of Chinese
+# prose. Math keeps its own: "F(x)：" and "√(1 + k)，" are not caught.
+HALF_WIDTH_IN_CHINESE = r"[\u3400-\u9fff\u3000-\u303f\uff00-\uffef] ?[,.:;]|[,.:;] ?[\u3400-\u9fff\u3000-\u303f\uff00-\uffef]" \
+    r"|[\u3400-\u9fff][()]|[()][\u3400-\u9fff]"
+
+
+def test_zh_title_language_button_and_text_alternatives_are_chinese(live, browser):
+    """The zh view's <title> and the language button's name come from the zh table, and no
+    text alternative (a chart's aria-label, built from several templates) puts half-width
+    punctuation into Chinese; switching back gives the English ones."""
+    import re
+
+    from depthlab.locales import table
+
+    page, watch = open_page(browser, live + "#lang=zh")
+    zh, en = table("zh"), table("en")
+    assert page.title() == zh["doc.title"] != en["doc.title"]
+    assert page.get_attribute("#lang", "aria-label") == zh["lang.label"]
+    assert page.inner_text("#lang") == zh["lang.switch"]
+    labels = page.eval_on_selector_all("[aria-label]", "els => els.map((e) => e.getAttribute('aria-label'))")
+    charts = [c["label"] for c in page.evaluate("() => Object.values(DL.charts.all())")]
+    assert len(charts) >= 10 and set(charts) <= set(labels)
+    bad = [s for s in labels + [page.title()] if re.search(HALF_WIDTH_IN_CHINESE, s)]
+    assert bad == [], "\n".join(bad)
+    page.click("#lang")
+    page.wait_for_function("() => document.documentElement.lang === 'en'")
+    assert page.title() == en["doc.title"] and page.get_attribute("#lang", "aria-label") == en["lang.label"]
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    page.close()

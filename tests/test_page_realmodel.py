@@ -135,7 +135,16 @@ def check_section(page, body: dict, lang: str = "en") -> list[str]:
             bad.append(f"{name}: question")
         if sec.locator(".reading").inner_text() != body["readings"][name][lang]:
             bad.append(f"{name}: reading {sec.locator('.reading').inner_text()!r}")
+        bad += check_reading_code(sec, body["readings"][name], lang, name)
     return bad + check_views(page, r)
+
+
+def check_reading_code(sec, reading: dict, lang: str, name: str) -> list[str]:
+    """The reading's code spans are exactly the tokens its parts keep apart (none for a
+    reading without tokens): an apostrophe in the prose ("layer's") opens no code span."""
+    want = reading["parts"][lang][1::2] if "parts" in reading else []
+    shown = sec.locator(".reading code").all_inner_texts()
+    return [] if shown == want else [f"{name}: code spans {shown}, want the tokens {want}"]
 
 
 def probe(runs: Path, run: str, prompt: str, target: str | None = None) -> dict:
@@ -403,6 +412,33 @@ def test_byte_level_tokens_read_as_text_and_the_zh_view_offers_a_chinese_run(tmp
         shutil.rmtree(root, ignore_errors=True)
 
 
+def test_every_reading_of_every_shipped_prompt_sets_only_its_tokens_as_code(tmp_path, browser):
+    """Each shipped prompt on a byte-level run (it reads them all), in both languages: every
+    section's reading is the API's, and its only code spans are the tokens it quotes."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    byte_level_runs(root)
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=en&rrun=english-import", 1400)
+        for lang in ("en", "zh"):
+            for p in PROMPTS:
+                page.evaluate("(s) => DL.state.set(s)", {"lang": lang, "rp": p["id"], "rtgt": ""})
+                page.wait_for_function("([lang, text]) => { const r = DL.realmodel.result(); return DL.lang() === lang "
+                                       "&& r && r.prompt === text && !DL.realmodel.busy; }",
+                                       arg=[lang, p["text"]], timeout=60000)
+                body = probe(root, "english-import", p["text"], p["target"])
+                bad = [b for name in SECTIONS for b in check_reading_code(
+                    page.locator(f"#rm-sec-{name}"), body["readings"][name], lang, name)]
+                assert bad == [], (lang, p["id"])
+                assert page.locator("#rm-sec-attention .reading code").count() == 1
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+        page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_the_stream_views_of_course_runs_with_and_without_attn_gate(tmp_path, browser):
     """Two course-style runs, one with the attention output gate and grouped K/V heads:
     the path, the writes' bars, the lens grid and every head's map draw in both languages
@@ -519,6 +555,67 @@ def test_smollm2_shows_its_attention_sink(tmp_path, browser):
         assert check_section(page, probe(root, "smollm2", zh["text"], zh["target"]), "zh") == []
         assert "smollm2" in page.inner_text("#rm-lang")
         assert watch.errors == []
+        page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_at_390_px_the_lens_answer_stays_in_view_and_counts_read_right(tmp_path, browser):
+    """A phone-wide screen: the lens grid scrolls, and its last column (the model's answer)
+    stays inside the screen, uncovered, in every row; the rank chart has no tick below
+    rank 1 (its least value); the run list says "1 layer" and "2 layers" (one form in zh)."""
+    import torch
+
+    from depthlab import rundir
+    from depthlab.config import apply_overrides
+    from depthlab.locales import table
+    from depthlab.model import Transformer
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    byte_level_runs(root)
+    cfg = apply_overrides(rundir.read_config(root / "hlm-course")[0], ["model.n_layers=1"])
+    torch.manual_seed(0)
+    rundir.write_config(root / "one-layer", cfg)
+    rundir.save_weights(root / "one-layer", Transformer(cfg.model))
+    shutil.copy(root / "hlm-course" / rundir.TOKENIZER_FILE, root / "one-layer" / rundir.TOKENIZER_FILE)
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=en&rrun=english-import&rp=residual", 390)
+        page.wait_for_function("() => DL.realmodel.views().grid", timeout=60000)
+        # each row brought into view vertically; the grid's own scroll stays where it starts
+        cells = page.evaluate("""() => {
+          const t = DL.realmodel.views().grid.table;
+          return [...t.querySelectorAll('tr')].map((tr) => {
+            window.scrollTo(0, window.scrollY + tr.getBoundingClientRect().top - 300);
+            const c = tr.lastElementChild;
+            const b = c.getBoundingClientRect();
+            const hit = document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
+            return {left: b.left, right: b.right, mine: !!hit && c.contains(hit), at: t.parentElement.scrollLeft,
+                    scrolls: t.parentElement.scrollWidth > t.parentElement.clientWidth};
+          });
+        }""")
+        bad = []
+        assert cells and all(c["scrolls"] and c["at"] == 0 for c in cells)  # the prompt is wider than the screen
+        if not all(0 <= c["left"] and c["right"] <= 390 and c["mine"] for c in cells):
+            bad.append(f"the answer column is out of view: {cells[:2]}")
+        rank = page.evaluate("() => DL.charts.all()['rm-rank']")
+        if rank["yScale"][0] < 0 or min(v for v, label in rank["yTicks"] if label) < 0:
+            bad.append(f"rank ticks below 1: {rank['yTicks']}")
+        for lang in ("en", "zh"):
+            page.evaluate("(l) => DL.state.set({lang: l})", lang)
+            page.wait_for_function("(l) => DL.lang() === l", arg=lang)
+            shown = {o["value"]: o["text"] for o in page.eval_on_selector_all(
+                "#rm-run option", "os => os.map((o) => ({value: o.value, text: o.textContent}))")}
+            for r in list_runs(root):
+                n = r["n_layers"]
+                word = table(lang)["rm.layers.one" if lang == "en" and n == 1 else "rm.layers"].format(n=n)
+                if not shown[r["name"]].endswith(word):
+                    bad.append(f"{lang}: {shown[r['name']]!r} does not end with {word!r}")
+        assert bad == []
+        assert shown["one-layer"].endswith("1 层") and "1 layers" not in " ".join(shown.values())
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
         page.close()
     finally:
         stop()

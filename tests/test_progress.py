@@ -15,7 +15,7 @@ from depthlab.progress import Progress, format_duration
 DATA = Path(__file__).parent / "data"
 TEXT = str(DATA / "tiny_shakespeare.txt")
 LINE = re.compile(r"^(?P<desc>.+): step (?P<done>\d+)/(?P<total>\d+) \(\d+%\), loss \d+\.\d{3}, "
-                  r"[\d,]+ tokens/s, \S+, ETA (\S+)$")
+                  r"[\d,]+ tokens/s(?P<all>, all \d+ runs ETA \S+)?, \S+, ETA (\S+)$")
 
 
 class FakeClock:
@@ -90,6 +90,35 @@ def test_eta_of_unequal_runs_is_their_work_left_at_the_measured_rate():
         clock.now += 10 * w
         plain.report(i)
     assert stream.getvalue().splitlines()[-1].endswith("ETA 1m00s")  # runs, not work
+
+
+def test_the_first_eta_is_measured_from_the_first_step_not_from_the_set_up():
+    """`lab` on a loaded machine: two minutes of set-up (the corpus, torch) before the
+    first run's first step, then 10 s per unit of work, in steps. From the first step
+    on, the time left is exactly the true time left, during the first run and after it;
+    the rate over the run with its set-up would say more than twice that."""
+    work, steps = [1, 1, 2, 2, 4, 4, 8, 8], 10
+    bar, clock, stream = log_progress(total=len(work), unit="run", each_item=True, weights=work)
+    clock.now += 120  # set-up: no work done
+    truth = 10 * sum(work)
+    for run, w in enumerate(work):
+        for step in range(1, steps + 1):
+            clock.now += 10 * w / steps
+            truth -= 10 * w / steps
+            bar.within(step / steps)
+            if (run, step) == (0, 1):
+                assert bar.eta(clock.now) is None  # one point: no rate yet
+            elif run == 0 or step < steps:
+                assert bar.eta(clock.now) == pytest.approx(truth, rel=1e-9), (run, step)
+        bar.report(run + 1)
+    assert [eta_seconds(line) for line in stream.getvalue().splitlines()] == [
+        10 * sum(work[i:]) for i in range(1, len(work) + 1)]
+    assert bar.eta_text() == "ETA 0s"
+    # before the rate could be measured from a step: the set-up inflates the first ETA
+    old, clock, stream = log_progress(total=len(work), unit="run", each_item=True, weights=work)
+    clock.now += 120 + 10 * work[0]
+    old.report(1)
+    assert old.eta(clock.now) > 2 * 10 * sum(work[1:])
 
 
 def test_skipped_runs_of_unequal_work_do_not_count_toward_the_rate():
@@ -189,6 +218,7 @@ def test_lab_logs_every_run_and_ends_with_the_conclusions(tmp_path, capsys, ever
     step_lines = [m for m in map(LINE.match, err.splitlines()) if m]
     names = [f"L{depth}-{arm}-s0" for depth in (1, 2, 3) for arm in ("plain", "none")]  # micro grid
     assert {m["desc"] for m in step_lines} == {f"residual {i}/6 {n}" for i, n in enumerate(names, 1)}
+    assert all(m["all"] for m in step_lines)  # the experiment's time left on every step line
     run_lines = [line for line in err.splitlines() if line.startswith("residual: run ")]
     assert len(run_lines) == 6 and run_lines[-1].startswith("residual: run 6/6 (100%), L3-none")
     assert all("tokens/s" in line and "ETA" in line and "val loss" in line for line in run_lines)

@@ -83,7 +83,8 @@ def test_probe_is_computed_once_then_read_from_disk(runs, client, run):
     assert r["run"] == run and str(runs) not in json.dumps(body)  # no server paths
     assert {"stream", "attention", "massive", "lens", "ablation"} <= set(r)
     assert r["lens"]["target"] == " Paris"[: len(r["lens"]["target"])] and r["lens"]["target"]
-    assert set(body["readings"]["attention"]) == {"en", "zh"}
+    assert set(body["readings"]["attention"]) == {"en", "zh", "parts"}
+    assert set(body["readings"]["attention"]["parts"]) == {"en", "zh"}
 
     again = client.post("/api/realmodel/probe", json=req).json()
     assert again["cached"] is True and again["result"] == r
@@ -170,3 +171,31 @@ def test_runs_say_the_language_they_were_trained_on(tmp_path):
         (run / rundir.WEIGHTS_FILE).write_bytes(b"")
     langs = {r["name"]: r["trained_on"] for r in list_runs(tmp_path)}
     assert langs == {"hlm": "zh", "shk": "en", "smol": "en", "other": None}
+
+
+def _token_quotes(r: dict) -> set[str]:
+    """Every token text (quoted as Python's repr) or id a reading of the probe `r` may quote."""
+    texts = set(r.get("tokens") or []) | set((r["lens_grid"].get("text") or {}).values())
+    texts |= {r["lens"]["target"]} if r["lens"].get("target") is not None else set()
+    ids = set(r["prompt_ids"]) | set(r["lens_grid"].get("text", {}).keys()) | {r["lens"]["target_id"]}
+    return {repr(t) for t in texts} | {f"id {i}" for i in ids} | {repr(r["lens"]["target_id"])}
+
+
+def test_every_reading_keeps_its_tokens_apart_from_its_prose(runs, client):
+    """Each reading of every shipped prompt, in both languages, is its parts joined, and
+    its code parts are exactly the tokens it quotes: prose such as "layer's" is never code."""
+    for run in ("residual/runs/course-4", "tiny-gguf"):
+        readable = {p["id"]: p["readable"] for p in
+                    client.get("/api/realmodel/prompts", params={"run": run}).json()["prompts"]}
+        for p in (p for p in PROMPTS if readable[p["id"]]):
+            body = client.post("/api/realmodel/probe", json={"run": run, "prompt": p["text"],
+                                                             "target": p["target"]}).json()
+            quotes = _token_quotes(body["result"])
+            for name, reading in body["readings"].items():
+                for lang in ("en", "zh"):
+                    parts = reading.get("parts", {lang: [reading[lang]]})[lang]
+                    assert "".join(parts) == reading[lang], (run, p["id"], name, lang)
+                    assert set(parts[1::2]) <= quotes, (run, p["id"], name, lang, parts)
+            # every reading whose template quotes a token has it as a part
+            for name in ("attention", "massive", "lens", "path", "grid", "maps"):
+                assert all(len(body["readings"][name]["parts"][lang]) == 3 for lang in ("en", "zh")), name

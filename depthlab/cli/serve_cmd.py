@@ -80,15 +80,31 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _bind(args: argparse.Namespace) -> socket.socket:
+    """The page's socket, bound now: `lab` binds it before training, so a port in use is
+    refused in one line at once, not after minutes of training, and stays ours."""
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, got {args.port}")
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as e:
+        sock.close()
+        raise UserError(f"--port {args.port}: cannot listen on {args.host}:{args.port} "
+                        f"({e.strerror}); choose another with --port N (0 picks a free one)") from None
+    return sock
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket | None = None) -> int:
     import uvicorn
 
     from depthlab.web.app import create_app
     from depthlab.web.server import server_config
 
-    if not 0 <= args.port <= 65535:
-        raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     check_threads(args.threads)
+    sock = sock if sock is not None else _bind(args)
     loopback = _is_loopback(args.host)
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
     if not loopback:
@@ -96,14 +112,6 @@ def _serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
     app = create_app(args.runs, allowed_hosts=hosts)
     use_threads(args.threads, SMALL_D_MODEL)  # after create_app, which sets one
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as e:
-        raise UserError(f"cannot listen on {args.host}:{args.port} ({e.strerror}); "
-                        "choose another --port") from None
     port = sock.getsockname()[1]
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     shown = f"[{shown}]" if ":" in shown else shown
@@ -118,6 +126,15 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_lab(args: argparse.Namespace) -> int:
     check_threads(args.threads)
+    sock = None if args.no_serve else _bind(args)  # a busy port: refused before any training
+    try:
+        return _lab(args, sock)
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _lab(args: argparse.Namespace, sock: socket.socket | None) -> int:
     export = args.runs / LAB_EXPERIMENT / "export.json"
     if export.is_file():
         print(f"depthlab: data found: {export}")
@@ -136,9 +153,9 @@ def run_lab(args: argparse.Namespace) -> int:
         ensure_smollm2(args.runs, log=lambda msg: print(f"depthlab: {msg}", flush=True),
                        progress=not args.no_progress)
     print(conclusions, flush=True)
-    if args.no_serve:
+    if sock is None:
         return 0
-    return _serve(args)
+    return _serve(args, sock)
 
 
 def conclusions_text(export: Path) -> str:

@@ -251,7 +251,9 @@ def run_grid(name: str, specs: list[RunSpec], root: Path, stale: set[str], statu
 
 def train_run(spec: RunSpec, run_dir: Path, desc: str, stale: bool, status: Status,
               bar: Progress, done: int, progress: bool, say: Callable[..., None]) -> None:
-    """Train one run (resuming it unless it is stale), a step bar beside the run bar."""
+    """Train one run (resuming it unless it is stale), a step bar beside the run bar. Each
+    step also moves the run bar (`Progress.within`), so the experiment's time left is
+    measured from the first step on and is on every step line, from the first minute."""
     from depthlab.train import train
 
     steps = Progress(spec.cfg.train.steps, desc=desc, initial=None, enabled=progress,
@@ -259,7 +261,9 @@ def train_run(spec: RunSpec, run_dir: Path, desc: str, stale: bool, status: Stat
 
     def on_step(step: int, values: dict) -> None:
         status.update(force=False, step=step)
-        steps.report(step, loss=values["loss"], tokens_per_s=values["tokens_per_s"])
+        bar.within(step / spec.cfg.train.steps)
+        steps.report(step, loss=values["loss"], tokens_per_s=values["tokens_per_s"],
+                     all_runs=f"all {bar.total} runs {bar.eta_text()}")
 
     with steps:
         summary = train(spec.cfg, run_dir, resume=not stale, overwrite=stale, progress=False,

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from depthlab import rundir
 from depthlab.errors import UserError
-from depthlab.locales import texts
+from depthlab.locales import marked
 from depthlab.memory import check_fits
 from depthlab.model.residual import stream_view
 from depthlab.probes import stream_views as views
@@ -173,16 +173,18 @@ def lens_reading(rank: list[int], labels: list[str]) -> dict[str, str | None]:
             "first_top1": None if first is None else labels[first]}
 
 
-def lens_sentence(target: str, stays: str | None, first: str | None) -> dict[str, str]:
+def lens_sentence(target: str, stays: str | None, first: str | None) -> dict[str, Any]:
     """The lens's reading in every language from `lens_reading`'s two states: the state
-    from which the target stays top-1, and the first state it reached top-1 when that differs."""
+    from which the target stays top-1, and the first state it reached top-1 when that
+    differs. The target (a token, quoted) is kept apart in "parts" (locales.marked)."""
+    code = {"target": target}
     if first is None:
-        return texts("rm.read.lens_never", target=target)
+        return marked("rm.read.lens_never", code)
     if stays is None:
-        return texts("rm.read.lens_lost", target=target, first=first)
+        return marked("rm.read.lens_lost", code, first=first)
     if stays == first:
-        return texts("rm.read.lens", target=target, stays=stays)
-    return texts("rm.read.lens_back", target=target, stays=stays, first=first)
+        return marked("rm.read.lens", code, stays=stays)
+    return marked("rm.read.lens_back", code, stays=stays, first=first)
 
 
 def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str, Any]:

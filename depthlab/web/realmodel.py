@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from depthlab import rundir
 from depthlab.corpus import LANGUAGES
 from depthlab.errors import UserError
-from depthlab.locales import texts
+from depthlab.locales import joined, marked, texts
 from depthlab.progress import Progress
 from depthlab.web.messages import refusal
 from depthlab.web.schemas import error_responses
@@ -37,8 +37,9 @@ MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over the
 MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
 CACHE_DIR = Path(".cache") / "realmodel"
 STATIC_RUN = "smollm2"  # what `depthlab lab` imports: the run a static page shows
-CACHE_VERSION = 4  # 2: the gradient section and its reading; 3: tokens as text, the lens reading;
-# 4: the stream's path, the writes' direct contributions, the lens grid, attention maps
+CACHE_VERSION = 5  # 2: the gradient section and its reading; 3: tokens as text, the lens reading;
+# 4: the stream's path, the writes' direct contributions, the lens grid, attention maps;
+# 5: the readings' token fields kept apart ("parts")
 # Imported models the lab knows the training language of (a lowercase part of the source's
 # name or path): SmolLM2's corpus is mostly English web text, code and maths.
 IMPORTED_LANGUAGES = (("smollm", "en"),)
@@ -193,9 +194,11 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
+def readings(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """One line per section, in every language: the table's rm.read.* templates filled
-    with the probe's numbers (the mean, the largest and the argmax are taken here)."""
+    with the probe's numbers (the mean, the largest and the argmax are taken here). A
+    reading that quotes a token also carries its "parts" (locales.marked), so the page
+    sets the token as code from the data, never by looking for quotes in the sentence."""
     from depthlab.probes.realmodel import lens_sentence  # torch: only once a probe exists
 
     a, m, s, lens, ab = r["attention"], r["massive"]["largest"], r["stream"], r["lens"], r["ablation"]
@@ -210,10 +213,10 @@ def readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {
         "stream": texts("rm.read.stream", first=f"{rms[0]:.3g}", peak=f"{max(rms):.3g}",
                         expected=f"{s['rms_expected'][-1]:.3g}"),
-        "attention": texts("rm.read.attention", uniform=f"{a['uniform']:.0%}", token=first_tok,
-                           share=f"{sum(a['layer_share']) / len(a['layer_share']):.0%}"),
-        "massive": texts("rm.read.massive", value=f"{m['value']:.4g}", dim=m["dim"], token=m["token"],
-                         text=big_tok, ratio=f"{m['ratio']:.3g}"),
+        "attention": marked("rm.read.attention", {"token": first_tok}, uniform=f"{a['uniform']:.0%}",
+                            share=f"{sum(a['layer_share']) / len(a['layer_share']):.0%}"),
+        "massive": marked("rm.read.massive", {"text": big_tok}, value=f"{m['value']:.4g}", dim=m["dim"],
+                          token=m["token"], ratio=f"{m['ratio']:.3g}"),
         "collapse": texts("rm.read.collapse", cos=f"{s['mean_cosine'][-1]:.2f}"),
         "gradient": texts("rm.read.gradient", ratio=f"{r['ratio']:.3g}", peak=r["sublayers"][peak]),
         "lens": lens_sentence(target, lens["stays_top1"], lens["first_top1"]),
@@ -235,25 +238,24 @@ def _name(r: dict[str, Any], k: int) -> str:
 SEP = {"en": " ", "zh": ""}  # between two sentences of a reading
 
 
-def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
+def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The readings of the four views of the stream as a sum of writes."""
     p, d, g, a = r["path"], r["dla"], r["lens_grid"], r["attention"]
-    out = {"path": texts("rm.read.path", pos=p["position"], tok=_tok(r, p["position"]),
-                         share=f"{p['variance_2d']:.0%}", k=p["longest"],
-                         name=_name(r, p["longest"]))}
+    out = {"path": marked("rm.read.path", {"tok": _tok(r, p["position"])}, pos=p["position"],
+                          share=f"{p['variance_2d']:.0%}", k=p["longest"],
+                          name=_name(r, p["longest"]))}
     if d["available"]:
         top = d["top"][0]
         text = (g.get("text") or {}).get(str(d["target_id"]))
         key = "rm.read.dla_embed" if top["k"] == 0 else "rm.read.dla"
         writes = sum(t not in ("embed", "backout") for t in d["terms"])  # backout: a term, no write
-        out["dla"] = texts(key, n=writes, sum=f"{d['sum']:.4f}",
-                           target=repr(text) if text is not None else f"id {d['target_id']}",
-                           logit=f"{d['logit']:.4f}", gap=f"{d['gap']:.1e}", top=top["term"],
-                           value=f"{top['value']:+.2f}", share=f"{top['value'] / d['logit']:.0%}"
-                           if d["logit"] else "-")
+        out["dla"] = marked(key, {"target": repr(text) if text is not None else f"id {d['target_id']}"},
+                            n=writes, sum=f"{d['sum']:.4f}",
+                            logit=f"{d['logit']:.4f}", gap=f"{d['gap']:.1e}", top=top["term"],
+                            value=f"{top['value']:+.2f}", share=f"{top['value'] / d['logit']:.0%}"
+                            if d["logit"] else "-")
         if d.get("softcap") is not None:  # the terms add up to the logit before the cap
-            cap = texts("rm.read.dla_cap", cap=f"{d['softcap']:g}")
-            out["dla"] = {lang: out["dla"][lang] + SEP[lang] + cap[lang] for lang in out["dla"]}
+            out["dla"] = joined(out["dla"], texts("rm.read.dla_cap", cap=f"{d['softcap']:g}"), SEP)
     else:
         out["dla"] = texts("rm.read.dla_none")
     # the last position's top-1 in the top row, and the lowest row from which it stays top-1
@@ -262,15 +264,15 @@ def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, str]]:
     while row > 0 and last[row - 1] == last[-1]:
         row -= 1
     text = (g.get("text") or {}).get(str(last[-1]))
-    out["grid"] = texts("rm.read.grid", tok=repr(text) if text is not None else f"id {last[-1]}",
-                        block=row - 1, p=f"{g['top_prob'][-1][-1][0]:.0%}") if row > 0 else \
-        texts("rm.read.grid_embed", tok=repr(text) if text is not None else f"id {last[-1]}")
+    tok = {"tok": repr(text) if text is not None else f"id {last[-1]}"}
+    out["grid"] = marked("rm.read.grid", tok, block=row - 1, p=f"{g['top_prob'][-1][-1][0]:.0%}") \
+        if row > 0 else marked("rm.read.grid_embed", tok)
     shares = a["first_token_share"]
     layer, head = max(((i, j) for i in range(len(shares)) for j in range(len(shares[i]))),
                       key=lambda ij: shares[ij[0]][ij[1]])
     half = sum(v > 0.5 for row in shares for v in row)
-    out["maps"] = texts("rm.read.maps", layer=layer, head=head, share=f"{shares[layer][head]:.0%}",
-                        n=half, total=sum(map(len, shares)), tok=_tok(r, 0))
+    out["maps"] = marked("rm.read.maps", {"tok": _tok(r, 0)}, layer=layer, head=head,
+                         share=f"{shares[layer][head]:.0%}", n=half, total=sum(map(len, shares)))
     return out
 
 

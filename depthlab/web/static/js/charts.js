@@ -244,6 +244,7 @@
       let ticks = { x: [], y: [] };
       let draws = 0;
       let error = null;
+      let broken = null; // where a linear y axis that does not reach zero starts (markBrokenAxis)
       const height = spec.height || 200;
       const bars = spec.series.some((s) => s.bars);
       const colors = spec.series.map((s) => s.color);
@@ -272,7 +273,7 @@
         else throw e;
       }
 
-      const describeValue = (v) => (v === 0 && spec.yLog ? "0 (" + DL.t("chart.underflow") + ")" : DL.fmt(v, 5));
+      const describeValue = (v) => (v === 0 && spec.yLog ? DL.t("chart.zero", { why: DL.t("chart.underflow") }) : DL.fmt(v, 5));
       function hoverText(i) {
         const x = raw.xs[i];
         return spec.series.map((s, k) => {
@@ -280,24 +281,25 @@
           if (v === undefined) return "";
           if (spec.hover) return spec.hover(x, v, k, describeValue(v));
           const lab = typeof s.label === "function" ? s.label() : s.label;
-          return (spec.xName ? spec.xName() : spec.xLabel()) + " " + DL.fmt(x, 4) + ": " + lab + " = " + describeValue(v);
+          return DL.t("chart.hover", { x: spec.xName ? spec.xName() : spec.xLabel(), at: DL.fmt(x, 4), label: lab, v: describeValue(v) });
         }).filter(Boolean).join("\n");
       }
       function summary() {
         const name = spec.title ? spec.title() : spec.yLabel();
         if (!raw.xs.length) return name;
-        if (spec.describe) return name + ". " + spec.describe(raw.xs, raw.ys);
+        // the punctuation between the parts is the language's (，。：； in Chinese)
+        if (spec.describe) return DL.t("chart.summary", { name, parts: spec.describe(raw.xs, raw.ys) });
         const last = raw.xs.length - 1;
         const parts = spec.series.map((s, k) => {
           const lab = typeof s.label === "function" ? s.label() : s.label;
           const ys = raw.ys[k];
           const band = raw.bands && raw.bands[k];
-          return lab + ": " + spec.xLabel() + " " + DL.fmt(raw.xs[0]) + " → " + describeValue(ys[0]) + ", " +
-            DL.fmt(raw.xs[last]) + " → " + describeValue(ys[last]) +
-            (band && band[0][last] != null && band[1][last] != null
-              ? DL.t("hover.band", { lo: DL.fmt(band[0][last], 4), hi: DL.fmt(band[1][last], 4) }) : "");
+          return DL.t("chart.summary.series", { label: lab, x: spec.xLabel(), x0: DL.fmt(raw.xs[0]), y0: describeValue(ys[0]),
+            x1: DL.fmt(raw.xs[last]), y1: describeValue(ys[last]),
+            band: band && band[0][last] != null && band[1][last] != null
+              ? DL.t("hover.band", { lo: DL.fmt(band[0][last], 4), hi: DL.fmt(band[1][last], 4) }) : "" });
         });
-        return name + ". " + parts.join("; ");
+        return DL.t("chart.summary", { name, parts: parts.join(DL.t("chart.summary.sep")) });
       }
 
       // The y axis's width in CSS pixels: its longest label measured in the axis font, plus
@@ -339,9 +341,12 @@
           })
         );
         const scales = { x: { time: false }, y: {} };
+        // spec.yMin: the smallest value the quantity can take (a rank + 1 is at least 1): no
+        // tick below it on a log axis
+        const logFloor = (r) => (spec.yMin > 0 ? [Math.max(r[0], Math.log10(spec.yMin)), Math.max(r[1], Math.log10(spec.yMin) + 1)] : r);
         if (spec.yLog && bars) { // bars stand on the floor: put it on a labelled tick
           scales.y.range = (u) => {
-            const [lo, hi] = logRange(u.data.slice(1).concat(bandValues()));
+            const [lo, hi] = logFloor(logRange(u.data.slice(1).concat(bandValues())));
             let floor = lo;
             for (let i = 0; i < 4; i++) { // a lower floor can widen the step: settle both
               const step = logStep(hi - floor);
@@ -350,7 +355,7 @@
             }
             return [floor, Math.max(hi, floor + 1)];
           };
-        } else if (spec.yLog) scales.y.range = (u) => logRange(u.data.slice(1).concat(bandValues()));
+        } else if (spec.yLog) scales.y.range = (u) => logFloor(logRange(u.data.slice(1).concat(bandValues())));
         else if (spec.yRange) scales.y.range = spec.yRange;
         // bars stand on zero: a linear bar chart's range always includes it (a bar of a
         // near-equal or signed value is then its true length from the baseline)
@@ -398,6 +403,7 @@
             draw: [(u) => {
               const ctx = u.ctx;
               drawBands(u);
+              markBrokenAxis(u);
               if (spec.yZero) { // the zero line, darker than the grid: where each bar starts
                 const cy = Math.round(u.valToPos(0, "y", true)) + 0.5;
                 ctx.save();
@@ -443,6 +449,36 @@
             }],
           },
         };
+      }
+
+      // A linear axis that does not reach zero (a loss from 3.2 to 4.4) says so: a break
+      // mark across the foot (or head) of the y axis and "(axis starts at 3.2, not 0)"
+      // beside its label, so a gap never reads as a ratio. A chart that should start at
+      // zero asks for it (spec.yZero).
+      function markBrokenAxis(u) {
+        const [lo, hi] = [u.scales.y.min, u.scales.y.max];
+        broken = !spec.yLog && !spec.yRange && (lo > 0 || hi < 0) ? (lo > 0 ? lo : hi) : null;
+        const text = spec.yLabel() + (broken == null ? "" : " " + DL.t(lo > 0 ? "chart.broken.low" : "chart.broken.high", { v: DL.fmt(broken, 4) }));
+        if (title.textContent !== text) title.textContent = text;
+        if (broken == null) return;
+        const ctx = u.ctx;
+        const r = window.devicePixelRatio || 1;
+        const x = u.bbox.left;
+        const y = lo > 0 ? u.bbox.top + u.bbox.height - 9 * r : u.bbox.top + 9 * r;
+        ctx.save();
+        ctx.strokeStyle = "#333";
+        ctx.lineWidth = 1.5 * r;
+        ctx.beginPath(); // the axis line at that end, cut by two slanted strokes
+        ctx.moveTo(x, lo > 0 ? u.bbox.top + u.bbox.height : u.bbox.top);
+        ctx.lineTo(x, lo > 0 ? y + 4 * r : y - 4 * r);
+        ctx.moveTo(x, lo > 0 ? y - 4 * r : y + 4 * r);
+        ctx.lineTo(x, lo > 0 ? y - 14 * r : y + 14 * r);
+        for (const d of [-3 * r, 3 * r]) {
+          ctx.moveTo(x - 6 * r, y + d + 2.5 * r);
+          ctx.lineTo(x + 6 * r, y + d - 2.5 * r);
+        }
+        ctx.stroke();
+        ctx.restore();
       }
 
       // The seed spread of a series: [lo[], hi[]] on the chart's x, drawn as a shaded band
@@ -552,6 +588,7 @@
           xs: raw.xs, ys: raw.ys, bands: raw.bands || null, draws, error, log: !!spec.yLog,
           xTicks: ticks.x, yTicks: ticks.y,
           yScale: plot ? [plot.scales.y.min, plot.scales.y.max] : null,
+          broken, yTitle: title.textContent,
           xScale: plot ? [plot.scales.x.min, plot.scales.x.max] : null,
           label: el.getAttribute("aria-label"),
         }),

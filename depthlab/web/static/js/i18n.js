@@ -20,6 +20,12 @@
     return s == null ? key : fill(s, vars);
   };
   DL.hasKey = (k) => k in (tables[lang] || {});
+  // A count in words: KEY.one, KEY.two, ... by the language's plural rule for n (Intl.PluralRules:
+  // "1 layer" but "2 layers"; Chinese has one form), KEY when the table has no such form.
+  DL.tn = (key, n, vars) => {
+    const form = key + "." + new Intl.PluralRules(lang === "zh" ? "zh-CN" : "en").select(n);
+    return DL.t(DL.hasKey(form) ? form : key, Object.assign({ n }, vars));
+  };
   // {en, zh} objects from export.json and the API.
   DL.tr = (obj) => (obj == null ? "" : typeof obj === "string" ? obj : obj[lang] || obj.en || "");
   DL.lang = () => lang;

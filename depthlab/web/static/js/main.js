@@ -27,7 +27,7 @@
   } catch (e) {
     showError(e);
   }
-  $("lang").textContent = DL.t("lang.switch");
+  langButton();
 
   const sim = DL.figures.simulator(source, showError);
   // Built one per task after the simulator (below): one long start-up task would freeze the page.
@@ -43,6 +43,19 @@
     rrun: ["realmodel"], rp: ["realmodel"], rtext: ["realmodel"], rtgt: ["realmodel"],
   };
 
+  // The document's title and the language button in the page's language: the button shows
+  // the other language's name (marked as that language) and its name says what it does.
+  function langButton() {
+    const b = $("lang");
+    const name = document.createElement("span");
+    name.lang = DL.lang() === "zh" ? "en" : "zh-CN";
+    name.textContent = DL.t("lang.switch");
+    b.replaceChildren(name);
+    b.setAttribute("aria-label", DL.t("lang.label"));
+    b.title = DL.t("lang.label");
+    document.title = DL.t("doc.title");
+  }
+
   function controls(s) {
     $("n").value = s.n;
     $("g").value = s.g;
@@ -55,7 +68,7 @@
   function route(s, patch) {
     if (patch.lang !== undefined && patch.lang !== DL.lang()) {
       DL.useLang(s.lang, source).then(() => {
-        $("lang").textContent = DL.t("lang.switch");
+        langButton();
         sim.relabel();
         Object.values(figures).forEach((f) => f.relabel());
         footer();

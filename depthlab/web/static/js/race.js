@@ -70,7 +70,8 @@
         return k < 3 + (seeds > 1 ? seeds : 0) ? DL.t("sr.hover.seed", { arm: name(x - 1), s: k - 2, v: vs })
           : DL.t("sr.hover.line", { row: lab, v: vs });
       },
-      describe: () => rows.map((r, i) => (i + 1) + " " + name(i) + ": " + fmt(r.ratio_mean, 3)).join("; "),
+      describe: () => rows.map((r, i) => DL.t("sr.describe.board", { rank: i + 1, arm: name(i), v: fmt(r.ratio_mean, 3) }))
+        .join(DL.t("chart.summary.sep")),
       series,
     }, xs, ys, bands);
     p.dataset.fastest = readingOf(race, "sr-board").fastest || "";
@@ -110,8 +111,8 @@
       hover: (x, v, k, vs) => DL.t("sr.hover.curve", { arm: series[k].label(), x: fmt(x, 4), v: vs }),
       describe: () => c.lines.map((l) => {
         const ok = l.y.filter((v) => v != null);
-        return DL.tr(l.label) + ": " + fmt(ok[0], 4) + " → " + fmt(ok[ok.length - 1], 4);
-      }).join("; "),
+        return DL.t("sr.describe.curve", { arm: DL.tr(l.label), a: fmt(ok[0], 4), b: fmt(ok[ok.length - 1], 4) });
+      }).join(DL.t("chart.summary.sep")),
       series,
     }, c.x, ys);
   }

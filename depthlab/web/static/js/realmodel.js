@@ -58,7 +58,7 @@
       at: (r, x) => DL.t("rm.x.sublayer", { k: x, name: r.sublayers[x - 1] }),
       series: [["rm.s.grad", C.accent, false, "bars"]],
       data: (r) => [range(1, r.grad_norm.length), [r.grad_norm]] },
-    { section: "lens", id: "rm-rank", title: "rm.c.rank", x: "rm.ax.state", y: "rm.ax.rank", yLog: true, at: stateName,
+    { section: "lens", id: "rm-rank", title: "rm.c.rank", x: "rm.ax.state", y: "rm.ax.rank", yLog: true, yMin: 1, at: stateName,
       series: [["rm.s.rank", C.accent]],
       data: (r) => [range(0, r.lens.rank.length - 1), [r.lens.rank.map((v) => v + 1)]] },
     { section: "lens", id: "rm-prob", title: "rm.c.prob", x: "rm.ax.state", y: "rm.ax.prob", yLog: true, at: stateName,
@@ -72,17 +72,12 @@
       data: (r) => [range(0, r.ablation.delta_loss.length - 1), [r.ablation.delta_loss]] },
   ];
 
-  // A reading from the API with the tokens it quotes (' Paris') set as code.
-  function withTokens(text) {
-    const out = [];
-    let last = 0;
-    text.replace(/'[^']*'|"[^"]*"/g, (m, at) => {
-      out.push(text.slice(last, at), h("code", {}, m));
-      last = at + m.length;
-      return m;
-    });
-    out.push(text.slice(last));
-    return out;
+  // A reading from the API in the page's language, with the tokens it quotes (' Paris')
+  // set as code: its "parts" alternate prose and token (odd items), so no apostrophe in
+  // the prose is ever taken for a quote. A reading without parts is all prose.
+  function withTokens(reading) {
+    const parts = reading && reading.parts ? reading.parts[DL.lang()] || reading.parts.en : [DL.tr(reading)];
+    return parts.map((part, i) => (i % 2 ? h("code", {}, part) : part));
   }
 
   // A template whose fields in `codes` are set as <code> (token text, a run's name), so
@@ -118,7 +113,7 @@
     function fillRuns() {
       runSel.textContent = "";
       runs.forEach((r) => runSel.append(h("option", { value: r.name },
-        r.name + " · " + DL.t("rm.kind." + r.kind) + DL.t("b.d.sep") + DL.t("rm.layers", { n: r.n_layers }))));
+        r.name + " · " + DL.t("rm.kind." + r.kind) + DL.t("b.d.sep") + DL.tn("rm.layers", r.n_layers))));
     }
     function fillPrompts() {
       promptSel.textContent = "";
@@ -247,7 +242,7 @@
       function section(name) {
         const sec = h("div", { class: "rm-section", id: "rm-sec-" + name });
         sec.append(h("h3", {}, DL.tr(q[name])));
-        sec.append(h("p", { class: "reading" }, withTokens(DL.tr(result.readings[name]))));
+        sec.append(h("p", { class: "reading" }, withTokens(result.readings[name])));
         if (name === "attention") {
           const a = r.attention;
           sec.append(h("p", { class: "readout" }, DL.t("rm.heads", { n: a.n_heads_above, total: a.first_token_share.flat().length,
@@ -286,10 +281,10 @@
             ({ label: typeof label === "function" ? label : t(label), key, color, dash: !!dash, width: 1.5,
                bars: kind === "bars", dots: kind === "dots", legend: !nokey, points: !kind && !dash && xs.length <= 32 }));
           DL.charts.make(el, {
-            title: t(c.title), xLabel: t(c.x), yLabel: t(c.y), yLog: !!c.yLog, yRange: c.yRange, yZero: !!c.yZero, height: 200, xInt: true,
+            title: t(c.title), xLabel: t(c.x), yLabel: t(c.y), yLog: !!c.yLog, yRange: c.yRange, yZero: !!c.yZero, yMin: c.yMin, height: 200, xInt: true,
             // half a step either side, so that the edge bars (and a one-layer model's only bar) show whole
             xRange: () => [xs[0] - 0.5, xs[xs.length - 1] + 0.5],
-            hover: (x, v, k, vs) => c.at(r, x) + ": " + series[k].label() + " = " + vs + (c.extra ? c.extra(r, x, k) : ""),
+            hover: (x, v, k, vs) => DL.t("rm.hover", { at: c.at(r, x), label: series[k].label(), v: vs }) + (c.extra ? c.extra(r, x, k) : ""),
             series,
           }).update(xs, ys);
         }

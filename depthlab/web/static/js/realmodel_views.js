@@ -147,14 +147,18 @@
     // one of ten classes (the CSP refuses inline styles), the exact value is in the hover
     const esc = (v) => String(v).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
     const top5 = (j, t) => g.top_id[j][t].map((i, m) => JSON.stringify(text(i)) + " " + DL.fmt(g.top_prob[j][t][m], 3));
+    // the last position's column is the model's answer: pinned to the right edge (CSS
+    // position: sticky), so a narrow screen that scrolls the prompt keeps it in view
+    const last = labels.length - 1;
+    const pin = (t) => (t === last ? " rmv-answer" : "");
     const html = ["<thead><tr><th scope=\"col\"></th>"];
-    labels.forEach((s, t) => html.push("<th scope=\"col\"><sub>" + t + "</sub><code>" + esc(cut(shown(s))) + "</code></th>"));
+    labels.forEach((s, t) => html.push("<th scope=\"col\" class=\"" + pin(t) + "\"><sub>" + t + "</sub><code>" + esc(cut(shown(s))) + "</code></th>"));
     html.push("</tr></thead><tbody>");
     g.top_id.forEach((cells, j) => {
       html.push("<tr><th scope=\"row\">" + esc(rowName(j)) + "</th>");
       cells.forEach((ids, t) => {
         const p = g.top_prob[j][t][0];
-        html.push("<td data-j=\"" + j + "\" data-t=\"" + t + "\" class=\"rmv-p" + Math.min(9, Math.floor(10 * p)) +
+        html.push("<td data-j=\"" + j + "\" data-t=\"" + t + "\" class=\"rmv-p" + Math.min(9, Math.floor(10 * p)) + pin(t) +
           "\" title=\"" + esc(top5(j, t).join("\n")) + "\"><code>" + esc(cut(shown(text(ids[0])))) + "</code></td>");
       });
       html.push("</tr>");

@@ -22,7 +22,8 @@
 
   function specs(mode, marker) {
     const C = DL.COLORS;
-    const rms = (color) => ({ xLabel: t("sim.ax.write"), yLabel: t("sim.ax.rms"), height: 170, xInt: true,
+    // an RMS is a size: its axis starts at zero, so the improved stack's growth reads true
+    const rms = (color) => ({ xLabel: t("sim.ax.write"), yLabel: t("sim.ax.rms"), height: 170, xInt: true, yZero: true,
                               legend: false, hover: say("hover.rms"), series: [{ label: "RMS", color }] });
     const rows = [{ label: t("sim.row.plain"), color: C.plain, points: true },
                   { label: t("sim.row.improved"), color: C.improved, points: true }];
