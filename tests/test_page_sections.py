@@ -105,6 +105,10 @@ def test_a_section_of_four_files_shows_live_and_static(browser, tmp_path):
             page.wait_for_function("() => document.getElementById('_test_echo') && "
                                    "document.getElementById('_test_echo').textContent !== ''", timeout=30000)
             assert page.inner_text("#_test_echo") == "0.5"  # echo(k=2, x=0.25)["kx"]
+            # every box in the registry's order, the test's right after the box it names
+            boxes = page.evaluate("() => [...document.querySelectorAll('main > section')].map((s) => s.id)")
+            assert boxes == [f["name"] for f in sections.page_order()]
+            assert boxes[boxes.index("norms") + 1] == "_test_echo"
             assert watch.errors == [] and page.evaluate("() => DL.errors") == [], address
     finally:
         for page, _ in pages:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -34,7 +35,7 @@ def echo(req: EchoRequest) -> dict:
 
 ECHO = Section("_test_echo", "POST", "/api/_test_echo", EchoRequest, echo, "test", "A section of this test only",
                lru=8, static=lambda grid: [EchoRequest(k=1), EchoRequest(k=2, x=0.25)],
-               script="js/_test_echo.js")
+               script="js/_test_echo.js", after="norms")
 # Its JS module: a figure that draws its box from the section's answer, live or static.
 ECHO_JS = """(function () {
   "use strict";
@@ -194,3 +195,31 @@ def test_the_key_sorts_fields_and_refuses_what_json_cannot_hold():
     assert request_key({"b": [1.0, None, True], "a": "x\n"}) == '{"a":"x\\n","b":[1,null,true]}'
     with pytest.raises(ValueError):
         js_number(math.inf)
+
+
+def test_the_page_order_is_the_registry():
+    """PAGE names every box of index.html once, in the page's order; each box with a figure
+    is drawn by a `DL.figures[name]` its own scripts define; page_html loads every script
+    once, before main.js; a section's module goes after the box its `after` names."""
+    html = (sections.STATIC / "index.html").read_text(encoding="utf-8")
+    boxes = re.findall(r'<section id="([\w-]+)"', html)
+    assert sorted(boxes) == sorted(f.name for f in sections.PAGE)
+    for f in sections.PAGE:
+        code = "".join((sections.STATIC / s).read_text(encoding="utf-8") for s in f.scripts)
+        assert (f"DL.figures.{f.name} = function" in code) == bool(f.scripts), f.name
+    page = sections.page_html()
+    loaded = re.findall(r'<script src="static/([^"]+)"></script>', page)
+    assert len(loaded) == len(set(loaded)) and loaded[-1] == "js/main.js"
+    assert {s for f in sections.page_figures() for s in f.scripts} <= set(loaded)
+    keys = [k for f in sections.PAGE for k in f.state]
+    assert len(keys) == len(set(keys))  # each state key redraws one box
+
+
+def test_a_section_module_goes_where_its_after_says(with_echo, monkeypatch):
+    names = [f["name"] for f in sections.page_order()]
+    assert names[names.index("norms") + 1] == "_test_echo"
+    monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS[:-1], replace(ECHO, after=None)])
+    assert [f["name"] for f in sections.page_order()][-1] == "_test_echo"
+    monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS[:-1], replace(ECHO, after="nowhere")])
+    with pytest.raises(ValueError, match="after='nowhere' is no box of the page"):
+        sections.page_order()

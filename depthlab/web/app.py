@@ -203,7 +203,7 @@ def _add_page_routes(app: FastAPI, runs: Runs) -> None:
     def meta() -> dict:
         # No CORS header is ever sent, so only a page of this origin can read write_token.
         return {"version": __version__, "mode": "live", **lesson.page_facts(),
-                "sections": sections.listing(),
+                "sections": sections.listing(), "page": sections.page_order(),
                 "experiments": runs.names(), "runs_dir": str(runs.root),
                 "write_token": app.state.write_token, "token_header": TOKEN_HEADER}
 

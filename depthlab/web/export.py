@@ -118,7 +118,7 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
                      "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                      "grid": {"n": list(g["n"]), "g": list(g["g"]), "g_step": g["g_step"]},
                      "paths_grid": {"n": list(PATHS_GRID["n"]), "a": [float(a) for a in PATHS_GRID["a"]]},
-                     **lesson.page_facts(), "sections": listing},
+                     **lesson.page_facts(), "sections": listing, "page": sections.page_order()},
             "locales": {lang: table(lang) for lang in LANGS},
             "sections": answers, "shared": shared}
     # which residuals' x0-mixing rows this copy holds (the page disables the switch elsewhere)

@@ -79,6 +79,7 @@ class Section:
     responses: tuple[int, ...] = ()
     answer: Any = dict  # the route's response type (a list for a table)
     script: str | None = None  # its JS module under static/, loaded before main.js (page_html)
+    after: str | None = None  # the page box it follows (a name of PAGE); None: the last
 
 
 # ---- the canonical key of a request ------------------------------------------------------
@@ -325,16 +326,69 @@ def section(name: str) -> Section:
     raise KeyError(f"no page section {name!r}; registered: {', '.join(s.name for s in SECTIONS)}")
 
 
+# ---- the page's order ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Figure:
+    """One box of the page: its `<section id=NAME>` (in index.html, or built by its module),
+    the `DL.figures[NAME]` that draws it (none for a box of prose), the URL state keys it
+    redraws on (state.js), and the scripts that define it."""
+
+    name: str
+    state: tuple[str, ...] = ()
+    scripts: tuple[str, ...] = ()
+
+
+# The built-in boxes in the lesson's order. main.js builds the figures and routes the URL
+# state from this list (published as /api/meta's `page`) and puts the boxes in its order;
+# a section with a module of its own goes after the box its `after` names.
+PAGE: list[Figure] = [
+    Figure("question"),
+    Figure("dataflow", ("flow", "stage"), ("js/figures.js",)),
+    Figure("simulator", ("mode", "n", "g", "residual", "norm", "x0"), ("js/simulator.js",)),
+    Figure("formula", ("pn", "pa"), ("js/figures.js",)),
+    Figure("growth", (), ("js/figures.js",)),
+    Figure("block", ("preset", "place"), ("js/figures.js",)),
+    Figure("norms", ("vec",), ("js/figures.js",)),
+    Figure("evolution", (), ("js/figures.js",)),
+    Figure("project", (), ("js/project.js",)),
+    Figure("realmodel", ("rrun", "rp", "rtext", "rtgt"), ("js/realmodel_views.js", "js/realmodel.js")),
+    Figure("misconceptions"),
+    Figure("beyond", (), ("js/beyond.js",)),
+    Figure("race", (), ("js/race.js",)),
+]
+
+
+def page_figures() -> list[Figure]:
+    """Every box of the page in its order: PAGE, with each section that has a module of
+    its own placed after the box its `after` names (at the end without one)."""
+    order = list(PAGE)
+    for s in SECTIONS:
+        if s.script:
+            fig = Figure(s.name, (), (s.script,))
+            names = [f.name for f in order]
+            if s.after is not None and s.after not in names:
+                raise ValueError(f"section {s.name!r}: after={s.after!r} is no box of the page; "
+                                 f"one of: {', '.join(names)}")
+            order.insert(names.index(s.after) + 1 if s.after else len(order), fig)
+    return order
+
+
+def page_order() -> list[dict]:
+    """What /api/meta says of the page's boxes: each name and the state keys it redraws on."""
+    return [{"name": f.name, "state": list(f.state)} for f in page_figures()]
+
+
 STATIC = Path(__file__).parent / "static"
 MAIN_JS = '<script src="static/js/main.js"></script>'
 
 
 def page_html() -> str:
-    """index.html with a <script> tag for each section's own JS module, before main.js
-    (which builds every figure the modules define). The server sends it; a static copy
-    inlines it."""
+    """index.html with a <script> tag for each box's scripts (PAGE, then the sections' own
+    modules), before main.js, which builds every figure they define. The server sends it;
+    a static copy inlines it."""
     html = (STATIC / "index.html").read_text(encoding="utf-8")
-    tags = "".join(f'<script src="static/{s.script}"></script>\n' for s in SECTIONS if s.script)
+    scripts = dict.fromkeys(script for f in page_figures() for script in f.scripts)
+    tags = "".join(f'<script src="static/{script}"></script>\n' for script in scripts)
     return html.replace(MAIN_JS, tags + MAIN_JS, 1)
 
 

@@ -29,19 +29,35 @@
   }
   langButton();
 
+  // The page's boxes in the lesson's order and the state keys each redraws on: the registry's
+  // (depthlab/web/sections.py PAGE, with the sections' own modules), from /api/meta.
+  let order = [];
+  try {
+    order = (await source.meta()).page || [];
+  } catch (e) {
+    showError(e);
+  }
   const sim = DL.figures.simulator(source, showError);
   // Built one per task after the simulator (below): one long start-up task would freeze the page.
   const figures = {};
-  const LATER = ["dataflow", "formula", "growth", "block", "norms", "evolution", "project", "realmodel", "beyond", "race"];
-  // and the figure of each section with a JS module of its own (depthlab/web/sections.py `script`)
-  LATER.push(...Object.keys(DL.figures).filter((name) => name !== "simulator" && !LATER.includes(name)));
+  const LATER = order.map((f) => f.name).filter((name) => name !== "simulator" && DL.figures[name]);
   // Which figures a changed state key concerns.
-  const ROUTES = {
-    mode: ["sim"], n: ["sim"], g: ["sim"], residual: ["sim"], norm: ["sim"], x0: ["sim"],
-    flow: ["dataflow"], stage: ["dataflow"], preset: ["block"], place: ["block"],
-    pn: ["formula"], pa: ["formula"], vec: ["norms"],
-    rrun: ["realmodel"], rp: ["realmodel"], rtext: ["realmodel"], rtgt: ["realmodel"],
-  };
+  const ROUTES = {};
+  for (const f of order) {
+    for (const key of f.state) (ROUTES[key] = ROUTES[key] || []).push(f.name === "simulator" ? "sim" : f.name);
+  }
+  // Each box in the registry's place (a section's module appends its box to <main> when built).
+  function place() {
+    const main = document.querySelector("main");
+    let prev = $("page-errors");
+    for (const f of order) {
+      const box = document.getElementById(f.name);
+      if (!box || box.parentNode !== main) continue;
+      if (box.previousElementSibling !== prev) prev.after(box);
+      prev = box;
+    }
+  }
+  place();
 
   // The document's title and the language button in the page's language: the button shows
   // the other language's name (marked as that language) and its name says what it does.
@@ -118,6 +134,7 @@
     for (const name of LATER) {
       await new Promise((r) => setTimeout(r, 0));
       figures[name] = DL.figures[name](source, showError);
+      place();
       figures[name].update(DL.state.get());
     }
     DL.ready = true;
