@@ -12,7 +12,7 @@ from depthlab.errors import UserError
 from depthlab.experiments import BUDGETS, get_experiment
 from depthlab.experiments import sink as sink_mod
 from depthlab.experiments.attn_gate import WIDE, real_sentence, sink_sentence
-from depthlab.experiments.sink import SINK_RATIO, Profile, is_sink, profile
+from depthlab.experiments.sink import SINK_RATIO, Profile, first_token_profile, is_sink
 from depthlab.experiments.spec import base_config
 from depthlab.experiments.wording import same
 from depthlab.probes.realmodel import uniform_first_share
@@ -46,11 +46,11 @@ def on_first(T, heads=3):
 @pytest.mark.parametrize("T", [1, 7, 64, 256])
 def test_uniform_attention_gives_h_t_over_t_and_all_on_token_0_gives_one(T):
     x = torch.zeros(4, T, dtype=torch.long)
-    flat = profile(HandMadeAttention(lambda t: [uniform(t), uniform(t)]), x)
+    flat = first_token_profile(HandMadeAttention(lambda t: [uniform(t), uniform(t)]), x)
     harmonic = sum(1 / n for n in range(1, T + 1)) / T
     assert flat.layers == pytest.approx([harmonic] * 2, abs=1e-12)
     assert flat.uniform == pytest.approx(harmonic, abs=1e-12) and flat.tokens == T
-    sunk = profile(HandMadeAttention(lambda t: [on_first(t)] * 3), x)
+    sunk = first_token_profile(HandMadeAttention(lambda t: [on_first(t)] * 3), x)
     assert sunk.layers == pytest.approx([1.0] * 3) and sunk.share == pytest.approx(1.0)
     assert sunk.ratio == pytest.approx(T / sum(1 / n for n in range(1, T + 1)))
 
@@ -58,7 +58,7 @@ def test_uniform_attention_gives_h_t_over_t_and_all_on_token_0_gives_one(T):
 def test_the_profile_is_per_layer_and_the_share_averages_all_heads():
     T = 16
     half = torch.cat([on_first(T, 1), uniform(T, 1)])  # one head sunk, one uniform
-    p = profile(HandMadeAttention(lambda t: [uniform(t, 2), half, on_first(t, 2)]),
+    p = first_token_profile(HandMadeAttention(lambda t: [uniform(t, 2), half, on_first(t, 2)]),
                 torch.zeros(2, T, dtype=torch.long))
     u = uniform_first_share(T)
     assert p.layers == pytest.approx([u, (1 + u) / 2, 1.0])
@@ -76,7 +76,7 @@ def test_a_course_model_with_zero_queries_attends_uniformly():
             for block in model.blocks:
                 block.attn.q_proj.weight.zero_()
         x = torch.randint(0, cfg.vocab_size, (3, 24))
-        p = profile(model, x)
+        p = first_token_profile(model, x)
         assert p.layers == pytest.approx([uniform_first_share(24)] * cfg.n_layers, abs=1e-9)
 
 

@@ -72,7 +72,7 @@ def analyze(results: list[RunResult], budget: Budget) -> Report:
     return report
 
 
-def profile(ratio: float) -> str:
+def gradient_profile(ratio: float) -> str:
     """How a last/first block gradient ratio reads: a factor 1.5 either way is a slope."""
     if ratio > 1.5:
         return "grows"
@@ -84,7 +84,7 @@ def profile(ratio: float) -> str:
 def xiong_profile(post: float, pre: float) -> Text:
     """Where the measured profiles agree with Xiong et al. 2020 (Post-LN's gradient grows
     toward the output, Pre-LN's stays flat) and where they do not."""
-    p, q = profile(post), profile(pre)
+    p, q = gradient_profile(post), gradient_profile(pre)
     agree = [name for name, got, want in (("Post-LN", p, "grows"), ("Pre-LN", q, "flat"))
              if got == want]
     if len(agree) == 2:

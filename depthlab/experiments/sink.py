@@ -45,7 +45,7 @@ class Profile:
         return {"layers": self.layers, "uniform": self.uniform, "tokens": self.tokens}
 
 
-def profile(model: Any, x: Any) -> Profile:
+def first_token_profile(model: Any, x: Any) -> Profile:
     """The first-token profile of `model` on the windows x [B, T], one window at a time
     (SmolLM2's 30 layers of [9, 256, 256] weights for a whole batch would take 0.6 GB)."""
     import torch
@@ -73,7 +73,7 @@ def run_profile(run_dir: Path) -> Profile:
     model, cfg = load_model(run_dir)
     data = prepare_data(cfg.data)
     x, _ = batches.fixed_batch(data.val, WINDOWS, cfg.train.seq_len, torch.device("cpu"))
-    return profile(model, x)
+    return first_token_profile(model, x)
 
 
 def validation_text(data_cfg: Any) -> str:
@@ -106,7 +106,7 @@ def model_profiles(model_dir: Path, text: str, lengths: list[int],
         ids = np.asarray(tokenizer.encode(text), dtype=np.int64)
         for t in missing:
             x, _ = batches.fixed_batch(ids, WINDOWS, t, torch.device("cpu"))
-            stored[str(t)] = profile(model, x).to_json()
+            stored[str(t)] = first_token_profile(model, x).to_json()
 
         atomic_write_text(cache, json.dumps({"key": key, "profiles": stored}, indent=1))
     return {t: Profile(**stored[str(t)]) for t in lengths}

@@ -314,7 +314,7 @@ def analyze(results: list[RunResult], budget: Budget) -> Report:
     return report
 
 
-def _pm(values: list[float], digits: int, scale: float = 1.0) -> str:
+def _mean_spread(values: list[float], digits: int, scale: float = 1.0) -> str:
     if not values:
         return "-"
     m = f"{mean(values) * scale:,.{digits}f}"
@@ -325,10 +325,11 @@ def table_row(label: str, arm: str, r: Race) -> list[str]:
     hits = r.hits[arm]
     n = sum(h.step is not None for h in hits)
     per_step = [h.cpu_total / h.steps for h in hits if h.steps]
-    return [label, f"{n} of {len(hits)}", _pm(r.cpu(arm), 2), _pm(r.ratios(arm), 2),
-            _pm([h.step for h in hits if h.step is not None], 0),
-            _pm([h.tokens for h in hits if h.tokens is not None], 0), _pm(per_step, 1, 1000),
-            _pm([h.final for h in hits if h.final is not None], 4)]
+    return [label, f"{n} of {len(hits)}", _mean_spread(r.cpu(arm), 2), _mean_spread(r.ratios(arm), 2),
+            _mean_spread([h.step for h in hits if h.step is not None], 0),
+            _mean_spread([h.tokens for h in hits if h.tokens is not None], 0),
+            _mean_spread(per_step, 1, 1000),
+            _mean_spread([h.final for h in hits if h.final is not None], 4)]
 
 
 def per_seed(arms: dict[str, list[RunResult]], r: Race) -> dict[str, dict]:
@@ -375,7 +376,7 @@ def conclusions(arms: dict[str, list[RunResult]], r: Race, budget: Budget) -> li
     if best is not None:
         ratio = mean(r.ratios(best))
         out.append(phrase("speedrun.fastest", arm=_words(best, p),
-                          cpu=_pm(r.cpu(best), 2), ratio=f"{ratio:.2f}", goal=f"{GOAL:.2f}",
+                          cpu=_mean_spread(r.cpu(best), 2), ratio=f"{ratio:.2f}", goal=f"{GOAL:.2f}",
                           verdict=phrase("speedrun.goal_met" if ratio <= GOAL
                                          else "speedrun.goal_missed")))
     else:
@@ -420,9 +421,9 @@ def arm_sentence(arm: str, r: Race, p: Plan) -> Text:
     if not r.reached(arm):
         n = sum(h.step is not None for h in hits)
         return phrase("speedrun.never", arm=label, n=n, seeds=len(hits), steps=hits[0].steps,
-                      final=_pm([h.final for h in hits if h.final is not None], 4))
-    numbers = {"arm": label, "cpu": _pm(r.cpu(arm), 2), "ratio": _pm(r.ratios(arm), 2),
-               "steps": _pm([h.step for h in hits], 0), "ms": _pm(per_step, 1)}
+                      final=_mean_spread([h.final for h in hits if h.final is not None], 4))
+    numbers = {"arm": label, "cpu": _mean_spread(r.cpu(arm), 2), "ratio": _mean_spread(r.ratios(arm), 2),
+               "steps": _mean_spread([h.step for h in hits], 0), "ms": _mean_spread(per_step, 1)}
     if arm == BASELINE:
         return phrase("speedrun.baseline", **numbers)
     if not r.reached(BASELINE):
@@ -430,9 +431,9 @@ def arm_sentence(arm: str, r: Race, p: Plan) -> Text:
     base_hits = r.hits[BASELINE]
     gap, _ = compare(r.cpu(BASELINE), r.cpu(arm))
     return phrase(
-        "speedrun.versus", **numbers, base_cpu=_pm(r.cpu(BASELINE), 2),
-        base_steps=_pm([h.step for h in base_hits], 0),
-        base_ms=_pm([1000 * h.cpu_total / h.steps for h in base_hits if h.steps], 1),
+        "speedrun.versus", **numbers, base_cpu=_mean_spread(r.cpu(BASELINE), 2),
+        base_steps=_mean_spread([h.step for h in base_hits], 0),
+        base_ms=_mean_spread([1000 * h.cpu_total / h.steps for h in base_hits if h.steps], 1),
         verdict=phrase("speedrun.pays" if r.pays(arm) else "speedrun.does_not_pay"),
         note=_note(min(len(hits), len(base_hits)),
                    spread(r.cpu(arm)) + spread(r.cpu(BASELINE))),

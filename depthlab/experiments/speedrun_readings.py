@@ -46,7 +46,7 @@ def _finite(values: Any) -> list[float]:
     return [float(v) for v in values or [] if isinstance(v, int | float) and math.isfinite(v)]
 
 
-def _pm(values: list[float], digits: int = 3) -> str:
+def _mean_spread(values: list[float], digits: int = 3) -> str:
     """Mean ± spread (half the range over seeds) as the page writes numbers; one value alone."""
     if not values:
         return "—"
@@ -174,14 +174,14 @@ def board_reading(export: dict, r: Race, rows: list[dict]) -> dict:
     elif base is None or base["rank"] is None:
         verdict = _say("sr.read.vs.unreached")
     else:
-        values = {"base": _pm(r.cpu(BASELINE)), "steps": _pm(r.steps(best["arm"])),
-                  "base_steps": _pm(r.steps(BASELINE))}
+        values = {"base": _mean_spread(r.cpu(BASELINE)), "steps": _mean_spread(r.steps(best["arm"])),
+                  "base_steps": _mean_spread(r.steps(BASELINE))}
         key = ("sr.read.vs.pays" if r.pays(best["arm"]) else "sr.read.vs.within") + (
             ".one" if one_seed else "")
         verdict = _say(key, **values)
     ratio = best["ratio_mean"]
-    text_ = _say("sr.read.board", arm=best["label"], cpu=_pm(r.cpu(best["arm"])),
-                 ratio=_pm(r.ratios(best["arm"]), 2), goal=sig(GOAL, 2),
+    text_ = _say("sr.read.board", arm=best["label"], cpu=_mean_spread(r.cpu(best["arm"])),
+                 ratio=_mean_spread(r.ratios(best["arm"]), 2), goal=sig(GOAL, 2),
                  met=_say("sr.read.met" if ratio <= GOAL else "sr.read.missed"), verdict=verdict)
     return {"text": text_, "fastest": best["arm"], "ratio": ratio, "pays": bool(best["pays"])}
 

@@ -14,11 +14,7 @@
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.figures = DL.figures || {};
-  const $ = (id) => document.getElementById(id);
-  const h = (...a) => DL.h(...a);
-  const t = (k) => () => DL.t(k);
-  const fmt = (v, d) => DL.fmt(v, d);
-  const range = (a, b) => DL.range(a, b);
+  const { $, h, t, fmt, range } = DL.kit;
   const COMMAND = "depthlab experiment residual-frontier --budget quick";
 
   // The simulator settings the section points to (main.js routes a hash change to it).

@@ -16,6 +16,15 @@
   const DL = (window.DL = window.DL || {});
   // a..b inclusive: the x values of per-layer and per-write charts
   DL.range = (a, b) => Array.from({ length: b - a + 1 }, (_, i) => a + i);
+  // The short names every figure module opens with (`const { $, h, t } = DL.kit;`), each
+  // resolved when called, so a module may load before the one that defines it (DL.h: figures.js).
+  DL.kit = {
+    $: (id) => document.getElementById(id),
+    h: (...a) => DL.h(...a),
+    t: (k) => () => DL.t(k),
+    fmt: (v, d) => DL.fmt(v, d),
+    range: (a, b) => DL.range(a, b),
+  };
   DL.COLORS = { plain: "#c62828", improved: "#2e7d32", theory: "#555555", accent: "#1565c0" };
   const PALETTE = ["#1565c0", "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#5d4037", "#ad1457"];
 

@@ -5,8 +5,7 @@
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.figures = DL.figures || {};
-  const $ = (id) => document.getElementById(id);
-  const fmt = (v, d) => DL.fmt(v, d);
+  const { $, fmt } = DL.kit;
   const int = (v) => (v == null ? "—" : Number(v).toLocaleString("en-US"));
   const shape = (s) => "[" + s.join(" × ") + "]";
 

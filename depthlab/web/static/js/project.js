@@ -6,7 +6,7 @@
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.figures = DL.figures || {};
-  const $ = (id) => document.getElementById(id);
+  const { $ } = DL.kit;
 
   // A series that shares its colour with an earlier one (4 and 12 layers of one arm: solid
   // and dashed) is drawn darker, so lines and legend keys differ in colour as well as dash.

@@ -11,10 +11,7 @@
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.figures = DL.figures || {};
-  const $ = (id) => document.getElementById(id);
-  const h = (...a) => DL.h(...a);
-  const t = (k) => () => DL.t(k);
-  const fmt = (v, d) => DL.fmt(v, d);
+  const { $, h, t, fmt } = DL.kit;
   const GOAL_COLOR = "#c62828";
   const REF_COLOR = "#7f7f7f";
   const BASE_COLOR = "#2e7d32";

@@ -7,12 +7,9 @@
   "use strict";
   const DL = (window.DL = window.DL || {});
   DL.figures = DL.figures || {};
-  const $ = (id) => document.getElementById(id);
-  const h = (...a) => DL.h(...a);
-  const t = (k) => () => DL.t(k);
+  const { $, h, t, range } = DL.kit;
   const C = DL.COLORS;
   const GREY = "#9e9e9e";
-  const range = (a, b) => DL.range(a, b);
 
   // x of a chart -> words for the hover read-out: a stream state, a write, a layer.
   // a state's label from the probe: "embed", then "3.attn" / "3.mlp" (block 3's two writes)

@@ -8,7 +8,7 @@
 (function () {
   "use strict";
   const DL = (window.DL = window.DL || {});
-  const h = (...a) => DL.h(...a);
+  const { h } = DL.kit;
   const C = DL.COLORS;
   const ORANGE = "#ef6c00";
   const GREY = "#757575";

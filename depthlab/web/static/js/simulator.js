@@ -11,9 +11,7 @@
   DL.figures = DL.figures || {};
   DL.perf = { t0: null, samples: [] };
 
-  const $ = (id) => document.getElementById(id);
-  const range = (a, b) => DL.range(a, b);
-  const t = (k) => () => DL.t(k);
+  const { $, range, t } = DL.kit;
 
   // Hover read-outs: the value under the cursor and what it means.
   const say = (key) => (x, v, k, vs) => DL.t(key, { x: DL.fmt(x, 4), v: vs });
