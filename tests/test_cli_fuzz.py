@@ -418,6 +418,16 @@ BROKEN_CHECKPOINTS: dict[str, Callable[[Path], None]] = {
 }
 for _name, _mutate in BROKEN_CHECKPOINTS.items():
     case(f"resume-{_name}", lambda tmp, w, m=_mutate: resume_argv(run_copy(tmp, w, m)))
+# a .lock that is a symlink to the corpus (a protected file): refused, the corpus unchanged
+def lock_to_corpus(run: Path) -> None:
+    (run / ".lock").symlink_to(TEXT)
+
+
+case("lock-symlink-resume", lambda tmp, w: resume_argv(run_copy(tmp, w, lock_to_corpus)))
+case("lock-symlink-overwrite", lambda tmp, w: train_argv(tmp, "--overwrite", "--out",
+                                                         run_copy(tmp, w, lock_to_corpus)))
+case("lock-symlink-hf-import-force", lambda tmp, w: [
+    "hf", "import", str(w.hf), "--out", run_copy(tmp, w, lock_to_corpus), "--force"])
 case("resume-other-schedule",
      lambda tmp, w: [*resume_argv(run_copy(tmp, w, lambda r: None)), "--steps", "10"])
 case("resume-other-seed",
