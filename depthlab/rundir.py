@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -37,6 +36,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "state.pt"  # RUN/checkpoints/step_NNNNNNN/state.pt (depthlab.train.checkpoint)
 LOCK_FILE = ".lock"
 MARKER_FILE = ".depthlab"
 # Keys that describe where a run executes, not what it computes: a resume may change them
@@ -218,24 +218,10 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def is_leftover(name: str) -> bool:
-    """What a killed atomic write leaves: a `.NAME.*.tmp` file or a `.tmp-*` folder."""
+    """A name like those a killed atomic write leaves (`.NAME.*.tmp`, `.tmp-*`): passed over
+    when telling what a folder is, never a reason to delete it (depthlab.outdir decides
+    what a run owns by exact name)."""
     return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
-
-
-def remove_leftovers(directory: Path) -> list[Path]:
-    """Delete what a killed atomic write leaves behind (`.NAME.*.tmp` files and `.tmp-*`
-    folders) in `directory` and its checkpoints/ folder. Only the lock holder of a run
-    depthlab wrote may call it (depthlab.outdir.survey says which directories are)."""
-    removed = []
-    for folder in (Path(directory), Path(directory) / "checkpoints"):
-        if not folder.is_dir():
-            continue
-        for p in folder.iterdir():
-            is_tmp_file = p.name.endswith(".tmp") and p.is_file()
-            if p.name.startswith(".tmp-") or (is_leftover(p.name) and is_tmp_file):
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-                removed.append(p)
-    return removed
 
 
 def run_contents(run_dir: Path) -> list[str]:

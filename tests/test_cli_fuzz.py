@@ -428,6 +428,31 @@ case("lock-symlink-overwrite", lambda tmp, w: train_argv(tmp, "--overwrite", "--
                                                          run_copy(tmp, w, lock_to_corpus)))
 case("lock-symlink-hf-import-force", lambda tmp, w: [
     "hf", "import", str(w.hf), "--out", run_copy(tmp, w, lock_to_corpus), "--force"])
+# --overwrite/--force never delete what depthlab did not write, nor the command's own text
+def note_in(rel: str) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_text("mine")
+    return mutate
+
+
+for _rel in ("checkpoints/step_0000002/notes.txt", ".tmp-work/draft.txt", ".notes.tmp"):
+    case(f"overwrite-user-file-{_rel}", lambda tmp, w, r=_rel: train_argv(
+        tmp, "--overwrite", "--out", run_copy(tmp, w, note_in(r))))
+    case(f"hf-import-force-user-file-{_rel}", lambda tmp, w, r=_rel: [
+        "hf", "import", str(w.hf), "--out", run_copy(tmp, w, note_in(r)), "--force"])
+
+
+def corpus_inside(tmp: Path, w: World) -> list[str]:
+    run = Path(run_copy(tmp, w, lambda r: None))
+    text = run / "checkpoints" / "step_0000002" / "text.txt"
+    shutil.copyfile(TEXT, text)
+    (tmp / "link").symlink_to(run)
+    return ["train", "--preset", "tiny", "--corpus", str(text), "--out",
+            str(tmp / "link" / "checkpoints" / ".."), "--overwrite", "--no-progress"]
+
+
+case("overwrite-own-corpus-inside-out", corpus_inside)
 case("resume-other-schedule",
      lambda tmp, w: [*resume_argv(run_copy(tmp, w, lambda r: None)), "--steps", "10"])
 case("resume-other-seed",

@@ -199,11 +199,12 @@ def test_leftovers_of_a_killed_write_are_removed_at_the_next_start(tmp_path, cap
     run = tmp_path / "run"
     cfg = config(steps=20, ckpt_every=5)
     train(cfg, run, progress=False, max_steps=10)
-    leftovers = [run / "checkpoints" / ".tmp-abc123", run / "checkpoints" / ".tmp-def456"]
+    # the names mkdtemp and mkstemp make (8 random characters): depthlab's own, exactly
+    leftovers = [run / "checkpoints" / ".tmp-abc12345", run / "checkpoints" / ".tmp-def_6789"]
     for folder in leftovers:
         folder.mkdir()
         (folder / "state.pt").write_bytes(b"half")
-    stray = run / ".model.safetensors.x1y2.tmp"
+    stray = run / ".model.safetensors.x1y2z3w4.tmp"
     stray.write_bytes(b"half")
     capsys.readouterr()
     assert train(cfg, run, progress=False, resume=True).status == "completed"

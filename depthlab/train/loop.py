@@ -18,6 +18,7 @@ from depthlab.config import Config
 from depthlab.errors import UserError, write_failed
 from depthlab.hooks import HookFn
 from depthlab.metrics import read_metrics
+from depthlab.outdir import settled
 from depthlab.progress import Progress
 from depthlab.train import runtime, setup
 from depthlab.train.evaluate import log_eval, log_probe, log_train
@@ -79,10 +80,11 @@ def train(
     Divergence (non-finite loss or gradient) returns status "failed"; user mistakes
     raise depthlab.errors.UserError.
     """
+    out_dir = settled(out_dir)  # `run/checkpoints/..` would vanish with checkpoints/
     rt = runtime.start(cfg)
     lock = None
     try:
-        lock = claim(Path(out_dir), rt)  # one process per run directory, held to the end
+        lock = claim(out_dir, rt)  # one process per run directory, held to the end
         return _train(cfg, Path(out_dir), rt, resume, overwrite, progress, max_steps,
                       list(fwd_hooks), on_step, cache_root)
     except OSError as e:  # disk full, a folder made read-only: what --resume will find
