@@ -453,6 +453,27 @@ def corpus_inside(tmp: Path, w: World) -> list[str]:
 
 
 case("overwrite-own-corpus-inside-out", corpus_inside)
+# the corpus's identity on resume comes from the checkpoint and the tokenizer, not an
+# editable field: a malformed, removed or re-aimed corpus.sha256 is refused in one line
+def corpus_record(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        record = json.loads((run / "config.json").read_text())
+        change(record)
+        (run / "config.json").write_text(json.dumps(record))
+    return mutate
+
+
+for _name, _change in {
+        "hash-5": lambda r: r["corpus"].update(sha256="5"),
+        "hash-removed": lambda r: r["corpus"].pop("sha256"),
+        "hash-a-list": lambda r: r["corpus"].update(sha256=[1]),
+        "hash-of-another-text": lambda r: r["corpus"].update(sha256="0" * 64),
+        "corpus-not-an-object": lambda r: r.update(corpus="tiny")}.items():
+    case(f"resume-corpus-{_name}", lambda tmp, w, c=_change: resume_argv(
+        run_copy(tmp, w, corpus_record(c))))
+case("resume-tokenizer-reordered", lambda tmp, w: resume_argv(run_copy(tmp, w, write(
+    "tokenizer.json", json.dumps({"kind": "char", "chars": sorted(
+        json.loads((w.run / "tokenizer.json").read_text())["chars"], reverse=True)})))))
 case("resume-other-schedule",
      lambda tmp, w: [*resume_argv(run_copy(tmp, w, lambda r: None)), "--steps", "10"])
 case("resume-other-seed",

@@ -101,6 +101,8 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     started = time.time()
     cfg, data = setup.prepare(cfg, rt, cache_root)
     ckpt = agree_on_start(run_dir, cfg, rt, resume, overwrite)
+    if ckpt is not None:  # the text, before its vocabulary meets the weights' shapes
+        setup.check_same_data(run_dir, data, ckpt, note=rt.is_main)
     model, optimizer = setup.build(cfg, rt, ckpt)
     if ckpt is not None and ckpt.step >= cfg.train.steps:
         return _finished(run_dir, cfg, time.time() - started)
