@@ -35,7 +35,7 @@ from pathlib import Path
 
 from depthlab import __version__
 from depthlab.atomic import DIR_MODE, atomic_write_text
-from depthlab.errors import UserError
+from depthlab.errors import UserError, write_failed
 from depthlab.rundir import (
     CONFIG_FILE,
     MARKER_FILE,
@@ -479,11 +479,19 @@ def write_whole(out_dir: Path, kind: str, write: Callable[[Path], None],
     out_dir as it was."""
     check_space(out_dir, need_bytes)
     target = Path(os.path.realpath(out_dir))  # through a symlink: the folder it names
-    stage = stage_dir(target)
+    try:
+        stage = stage_dir(target)
+    except OSError as e:
+        raise UserError(write_failed(e, f"{out_dir} is as it was")) from None
     try:
         write_marker(stage, kind)
         write(stage)
         publish(stage, target)
+    except OSError as e:  # a full disk, whoever raised it (depthlab.atomic.write_error)
+        shutil.rmtree(stage, ignore_errors=True)
+        name = Path(e.filename).name if e.filename else None
+        shown = OSError(e.errno, e.strerror, str(Path(out_dir) / name)) if name else e
+        raise UserError(write_failed(shown, f"{out_dir} is as it was")) from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

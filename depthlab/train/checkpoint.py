@@ -62,10 +62,14 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     os.chmod(tmp, DIR_MODE)  # mkdtemp's folder is private; a checkpoint is not
     try:
-        save_weights(tmp, model)
-        state = {"step": step, "optimizer": optimizer.state_dict(),
-                 "torch_rng": torch.get_rng_state(), **extra}
-        atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))  # written + fsynced
+        try:
+            save_weights(tmp, model)
+            state = {"step": step, "optimizer": optimizer.state_dict(),
+                     "torch_rng": torch.get_rng_state(), **extra}
+            atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))  # + fsynced
+        except OSError as e:  # named as the file it was to become, not its stage
+            name = Path(e.filename).name if e.filename else STATE_FILE
+            raise OSError(e.errno, e.strerror, str(final / name)) from None
         if final.exists() and not remove_checkpoint(final):
             raise UserError(f"{final}: holds files depthlab did not write "
                             f"({', '.join(sorted(p.name for p in final.iterdir()))}); the "

@@ -156,9 +156,12 @@ def _run_steps(run: Run, st: LoopState, progress: bool, max_steps: int | None,
             st.step = newest_step_on_disk(run.run_dir) or 0  # the summary's step is on disk
         except Exception as e:
             if run.writer is not None:
-                run.writer.log("run_end", step=st.step, status="failed",
-                               message=f"{type(e).__name__}: {e}")
-                run.writer.close()
+                try:  # best effort: on a full disk the log cannot take it either
+                    run.writer.log("run_end", step=st.step, status="failed",
+                                   message=f"{type(e).__name__}: {e}")
+                    run.writer.close()
+                except OSError:
+                    pass
             raise
         finally:
             if bar is not None:
