@@ -110,6 +110,21 @@ def remove(name: str) -> Callable[[Path], None]:
     return lambda run: (run / name).unlink()
 
 
+def weights_times(factor: float, only: tuple[str, ...] = (),
+                  then: tuple[str, float] | None = None) -> Callable[[Path], None]:
+    """RUN/model.safetensors with its tensors (or `only` these) multiplied by `factor`."""
+    def mutate(run: Path) -> None:
+        from safetensors.torch import load_file
+        state = load_file(str(run / "model.safetensors"))
+        for name, t in state.items():
+            if not only or name in only:
+                t.mul_(factor)
+        if then is not None:
+            state[then[0]].mul_(then[1])
+        save_file(state, str(run / "model.safetensors"))
+    return mutate
+
+
 def every_checkpoint(name: str, content: bytes) -> Callable[[Path], None]:
     def mutate(run: Path) -> None:
         for folder in (run / "checkpoints").iterdir():
@@ -357,13 +372,17 @@ BROKEN_RUNS: dict[str, Callable[[Path, World], str]] = {
         tmp, w, write("tokenizer.json", '{"kind": "char", "chars": ["a", "a"]}')),
     "tokenizer-bpe-garbage": lambda tmp, w: run_copy(
         tmp, w, write("tokenizer.json", '{"kind": "bpe", "model": 3}')),
+    "weights-nan": lambda tmp, w: run_copy(tmp, w, weights_times(float("nan"))),
+    "weights-overflow-the-logits": lambda tmp, w: run_copy(tmp, w, weights_times(
+        1e30, only=("final_norm.weight",), then=("embed_tokens.weight", 1e10))),
 }
 for _name, _make in BROKEN_RUNS.items():
     case(f"generate-run-{_name}",
          lambda tmp, w, m=_make: ["generate", "--run", m(tmp, w), "--prompt", "RO", "--tokens", "2"])
     case(f"next-token-run-{_name}",
          lambda tmp, w, m=_make: ["next-token", "--run", m(tmp, w), "--prompt", "RO"])
-for _name in ("missing", "config-other-shape", "weights-garbage", "tokenizer-chars-int"):
+for _name in ("missing", "config-other-shape", "weights-garbage", "tokenizer-chars-int",
+              "weights-nan", "weights-overflow-the-logits"):
     case(f"probe-run-{_name}",
          lambda tmp, w, m=BROKEN_RUNS[_name]: ["probe", "run", m(tmp, w), "--prompt", "RO"])
 _MISSING = [d for d, have in (("cuda", torch.cuda.is_available()),
@@ -571,6 +590,8 @@ BAD_PROBES = [
     ["growth", "--real", "--tokens", "0"], ["growth", "--real", "--set", "model.n_layers=0"],
     ["growth", "--real", "--set", "model.vocab_size=1000000000000"],
     ["paths", "--depth", "0"], ["paths", "--depth", "100000"], ["paths", "--scale", "nan"],
+    ["gradflow", "--gain", "1e-320"], ["collapse", "--gain", "1e-320"],
+    ["gradflow", "--gain", "1e-250", "--residual", "plain", "--json"],
     ["paths", "--x0", "inf"], ["norms", "abc"], ["norms", "nan", "1"], ["norms", "1", "inf"],
     ["norms", "--eps", "-1", "3", "4"], ["norms"], ["unknown-probe"],
 ]
