@@ -36,6 +36,7 @@ from pathlib import Path
 from depthlab import __version__
 from depthlab.atomic import DIR_MODE, atomic_write_text
 from depthlab.errors import UserError, write_failed
+from depthlab.memory import human
 from depthlab.rundir import (
     CONFIG_FILE,
     MARKER_FILE,
@@ -136,8 +137,8 @@ def check_space(path: Path, need_bytes: int, flag: str = "--out") -> None:
     estimate (the new files are complete before an old directory is removed)."""
     free = shutil.disk_usage(_anchor(Path(path))).free
     if need_bytes > free:
-        raise UserError(f"{flag} {short(str(path))}: needs about {need_bytes / 1e6:,.0f} MB, "
-                        f"the disk has {free / 1e6:,.0f} MB free; nothing was written")
+        raise UserError(f"{flag} {short(str(path))}: needs about {human(need_bytes)}, "
+                        f"the disk has {human(free)} free; nothing was written")
 
 
 def check_apart(out: Path, source: Path, flag: str = "--out") -> None:

@@ -314,6 +314,11 @@ def folder_with(files: dict[str, bytes]) -> Callable[[Path], str]:
     return make
 
 
+def folder_named_like_a_text(tmp: Path) -> str:
+    (tmp / "texts" / "sub.txt").mkdir(parents=True)
+    return str(tmp / "texts")
+
+
 def symlink_to(target: str) -> Callable[[Path], str]:
     def make(tmp: Path) -> str:
         (tmp / "link.txt").symlink_to(target)
@@ -338,6 +343,8 @@ CORPORA: dict[str, Callable[[Path], str]] = {
     "folder-without-txt": folder_with({"a.md": b"# hello"}),
     "folder-with-empty-txt": folder_with({"a.txt": b"hello " * 200, "b.txt": b""}),
     "folder-with-binary-txt": folder_with({"a.txt": b"\x00" * 50}),
+    "whitespace-100kb": lambda tmp: text_file(tmp, " \n\t" * 34_000, "w.txt"),
+    "folder-holding-a-folder-named-sub-txt": folder_named_like_a_text,
 }
 for _name, _make in CORPORA.items():
     case(f"corpus-{_name}", corpus_case(_make))

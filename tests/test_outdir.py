@@ -6,6 +6,7 @@ a refused command changes no file and leaves no folder or lock behind."""
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from train_helpers import REPO, TEXT, cache, config  # noqa: F401 (cache: autous
 
 from depthlab.cli import main
 from depthlab.config import Config, ModelConfig
+from depthlab.errors import UserError
 from depthlab.metrics import read_metrics
 from depthlab.outdir import RUN, short, survey
 from depthlab.rundir import MARKER_FILE, DirLock, load_model, read_config, write_config
@@ -366,8 +368,27 @@ def test_an_import_larger_than_the_free_disk_is_refused_before_writing(tmp_path,
     monkeypatch.setattr(outdir.shutil, "disk_usage",
                         lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1000))
     code, err = cli(capsys, "hf", "import", str(hf_dir), "--out", str(tmp_path / "r"))
-    assert code == 2 and len(err) == 1 and "the disk has 0 MB free" in err[0], err
+    assert code == 2 and len(err) == 1 and "the disk has 1000 B free" in err[0], err
+    assert re.search(r"needs about \d+\.\d (KB|MB), ", err[0]), err  # never "0 MB"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("need, free, says", [
+    (118_000, 50_000, "needs about 115.2 KB, the disk has 48.8 KB free"),
+    (900, 0, "needs about 900 B, the disk has 0 B free"),
+    (3 << 30, 5 << 20, "needs about 3.0 GB, the disk has 5.0 MB free"),
+])
+def test_the_space_a_write_needs_is_said_in_a_unit_that_fits(tmp_path, monkeypatch, need, free,
+                                                            says):
+    import shutil
+
+    import depthlab.outdir as outdir
+
+    monkeypatch.setattr(outdir.shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, free))
+    with pytest.raises(UserError) as e:
+        outdir.check_space(tmp_path / "out", need)
+    assert str(e.value) == f"--out {tmp_path / 'out'}: {says}; nothing was written"
 
 
 def test_the_page_leaves_the_status_of_a_run_another_process_holds(tmp_path):

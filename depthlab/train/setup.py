@@ -34,7 +34,14 @@ from depthlab.rundir import (
     read_config,
     write_config,
 )
-from depthlab.tokenizer import CharTokenizer, TokenData, Tokenizer, load_tokenizer, prepare_data
+from depthlab.tokenizer import (
+    CharTokenizer,
+    TokenData,
+    Tokenizer,
+    cache_dir,
+    load_tokenizer,
+    prepare_data,
+)
 from depthlab.train import batches, runtime, step_reads
 from depthlab.train.checkpoint import Checkpoint
 from depthlab.train.optim import Optimizer, make_optimizer, state_mismatch
@@ -124,14 +131,27 @@ def prepare(cfg: Config, rt: runtime.Runtime,
     """The tokenised corpus (rank 0 encodes; the others then read its cache) and the
     resolved config, checked against the data and the device's memory."""
     if rt.is_main:
-        data = prepare_data(cfg.data, cache_root)
+        data = _tokenised(cfg, cache_root)
     rt.barrier()
     if not rt.is_main:
-        data = prepare_data(cfg.data, cache_root)
+        data = _tokenised(cfg, cache_root)
     cfg = resolve_config(cfg, data)
     _check_sizes(cfg, data)
     check_fits(cfg, str(rt.device), world=rt.world)
     return cfg, data
+
+
+def _tokenised(cfg: Config, cache_root: Path | None) -> TokenData:
+    """prepare_data, with a token cache that cannot be written (a full disk) named by its
+    path: the run directory is not the place that failed."""
+    root = Path(cache_root or cache_dir())
+    try:
+        return prepare_data(cfg.data, cache_root)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise UserError(f"{root}: the token cache cannot be written{where}: "
+                        f"{e.strerror or e}; free space there or set DEPTHLAB_CACHE to "
+                        "another folder (nothing was written to the run)") from None
 
 
 def build(cfg: Config, rt: runtime.Runtime,
