@@ -82,7 +82,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        other_file = isinstance(e, OSError) and e.filename not in (None, tmp)  # a source
+        other_file = isinstance(e, OSError) and e.filename is not None and os.fspath(
+            e.filename) != tmp  # a source the write read, named as it is
         failed = write_error(e, path) if isinstance(e, Exception) and not other_file else None
         if failed is not None:
             raise failed from None

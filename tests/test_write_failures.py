@@ -180,3 +180,35 @@ def test_signals_until_the_process_ends_exit_130(tmp_path, sig):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (proc.returncode, err)
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("raised, code", [
+    (lambda tmp: RuntimeError(TORCH_FULL), None),  # errno: the likely cause (disk, ulimit, I/O)
+    (lambda tmp: SafetensorError(SAFETENSORS_FULL), 28),
+    (lambda tmp: OSError(27, "File too large", tmp), 27),  # named by its temporary name
+    (lambda tmp: OSError(28, "No space left on device"), 28),
+])
+def test_atomic_write_names_the_file_whoever_raised(tmp_path, raised, code):
+    from depthlab.atomic import atomic_write
+
+    target = tmp_path / "state.pt"
+
+    def write(tmp: Path) -> None:
+        raise raised(tmp)
+    with pytest.raises(OSError) as e:
+        atomic_write(target, write)
+    assert e.value.filename == str(target) and e.value.strerror
+    assert code is None or e.value.errno == code
+    assert list(tmp_path.iterdir()) == []  # no temporary file left
+
+
+def test_atomic_write_passes_other_errors_through(tmp_path):
+    from depthlab.atomic import atomic_write
+
+    def write(tmp: Path) -> None:
+        raise RuntimeError("a bug, not a disk")
+    with pytest.raises(RuntimeError, match="a bug, not a disk"):
+        atomic_write(tmp_path / "x", write)
+    with pytest.raises(FileNotFoundError) as e:  # a source the write reads keeps its name
+        atomic_write(tmp_path / "y", lambda tmp: open(tmp_path / "missing", "rb"))
+    assert e.value.filename == str(tmp_path / "missing")
