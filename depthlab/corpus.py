@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from depthlab.errors import UserError
+from depthlab.memory import human
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,10 @@ MAX_CORPUS_BYTES = 1 << 30
 def _read_text(path: Path, budget: int = MAX_CORPUS_BYTES) -> str:
     """A regular UTF-8 text file of at most `budget` bytes, read without reading more."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise UserError(f"{path}: not a regular file (a device, pipe or socket); "
-                            "give a .txt file or a folder of them")
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a device, pipe or socket)"
+            raise UserError(f"{path}: {what}; give a .txt file or a folder of them")
         with open(path, "rb") as f:
             data = f.read(budget + 1)
     except OSError as e:
@@ -176,15 +178,22 @@ def _local(spec: str, joiner: str = JOINER) -> Corpus:
     if not path.exists():
         names = ", ".join(CORPORA)
         raise UserError(f"corpus {spec!r}: no such file or folder (named corpora: {names})")
-    files = sorted(path.rglob("*.txt")) if path.is_dir() else [path]
+    found = sorted(path.rglob("*.txt")) if path.is_dir() else [path]
+    # a folder named like a text (`sub.txt/`) is a folder: rglob reads the files inside it
+    files = [f for f in found if f == path or not f.is_dir()]
     if not files:
-        raise UserError(f"{path}: folder holds no .txt files")
+        folders = [f.name for f in found if f.is_dir()]
+        also = f" ({', '.join(folders[:3])} {'is a folder' if len(folders) == 1 else 'are folders'})"
+        raise UserError(f"{path}: folder holds no .txt files" + (also if folders else ""))
     parts, budget = [], MAX_CORPUS_BYTES
     for f in files:
         text = _read_text(f, budget)
         budget -= len(text.encode("utf-8"))
-        if not text.strip():
+        if not text:
             raise UserError(f"{f}: empty file")
+        if not text.strip():
+            raise UserError(f"{f}: holds only whitespace ({human(len(text.encode('utf-8')))}), "
+                            "no text to train on")
         parts.append(text)
     return Corpus(spec, joiner.join(parts), tuple(str(f) for f in files))
 

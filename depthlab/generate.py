@@ -16,6 +16,7 @@ import math
 import torch
 
 from depthlab.errors import UserError
+from depthlab.finite import check_finite_logits
 from depthlab.model.attention import KVCache
 from depthlab.model.decode import DecodeStep, agrees, unsupported
 
@@ -74,7 +75,7 @@ MAX_PROMPT_TOKENS = 1_000_000
 @torch.inference_mode()  # lighter than no_grad: no version counters or views to track
 def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, greedy: bool = False,
-             seed: int | None = None, use_cache: bool = True) -> list[int]:
+             seed: int | None = None, use_cache: bool = True, run: str = "the model") -> list[int]:
     """The `n_tokens` ids that follow `ids` (the prompt is not repeated).
 
     greedy: always the most likely token (deterministic, what transformers'
@@ -82,6 +83,7 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     restricted to the top_k most likely tokens when top_k is set; `seed` makes
     sampling repeatable. Only the last model.cfg.context_len tokens are seen.
     use_cache: keep keys and values between tokens (same output, far fewer FLOPs).
+    run: how a refusal names the model (non-finite logits are refused, not sampled).
     """
     if not ids:
         raise UserError("generation needs at least one prompt token")
@@ -112,6 +114,7 @@ def generate(model: torch.nn.Module, ids: list[int], n_tokens: int, temperature:
     out: list[int] = []
     for _ in range(n_tokens):
         logits = next_logits(seq)
+        check_finite_logits(logits, run, f"after {len(seq):,} tokens")
         if greedy:
             nxt = int(logits.argmax())
         else:
@@ -142,10 +145,11 @@ def check_ids(model: torch.nn.Module, ids: list[int]) -> None:
 
 
 @torch.no_grad()
-def next_token(model: torch.nn.Module, ids: list[int],
-               top: int = 10) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[int, float]]]:
+def next_token(model: torch.nn.Module, ids: list[int], top: int = 10, run: str = "the model",
+               ) -> tuple[list[tuple[str, tuple[int, ...]]], list[tuple[int, float]]]:
     """The tensor shape after each stage of one forward pass (batch dimension dropped)
-    and the `top` most likely next tokens as (id, probability)."""
+    and the `top` most likely next tokens as (id, probability); non-finite logits are
+    refused, naming `run`."""
     if not ids:
         raise UserError("the prompt has no tokens")
     check_ids(model, ids)
@@ -162,6 +166,7 @@ def next_token(model: torch.nn.Module, ids: list[int],
     with model.hooks(fwd=[(s, record) for s in stages]):
         logits = model(seq)
     shapes.append(("logits", tuple(logits.shape[1:])))
+    check_finite_logits(logits[0, -1], run, f"after {seq.shape[1]:,} tokens")
     probs = torch.softmax(logits[0, -1].float(), dim=-1)
     values, indices = torch.topk(probs, min(top, probs.numel()))
     return shapes, [(int(i), float(v)) for i, v in zip(indices, values, strict=True)]

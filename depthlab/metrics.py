@@ -58,13 +58,19 @@ class MetricsWriter:
         if self._file is None:
             raise ValueError(f"{self.path}: writer is closed")
         record = {"kind": kind, "time": round(time.time(), 3), **values}
-        self._file.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record, ensure_ascii=False, allow_nan=True) + "\n")
+            self._file.flush()
+        except OSError as e:  # a full disk says which file it could not take
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as e:  # the buffered tail could not be written
+                raise OSError(e.errno, e.strerror, str(self.path)) from None
 
     def __enter__(self) -> MetricsWriter:
         return self

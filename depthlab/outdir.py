@@ -9,7 +9,12 @@ export, lab's SmolLM2 import) goes through here, in this order:
    was created (runs from before the marker: a depthlab config.json beside only the
    files a trainer writes), or anything else, named;
 3. `check_target`: --force/--overwrite replace only a directory of the kind the command
-   writes, never the command's own source, never a folder of runs or foreign files;
+   writes, never the command's own source, never a folder of runs or foreign files.
+   What depthlab owns is decided by exact name (`inventory`), never by a pattern: the
+   files of its kind (OWN_NAMES), the two files of each checkpoints/step_NNNNNNN/, and the
+   temporary names its own writes make (`.NAME.xxxxxxxx.tmp` for a NAME it owns, a
+   checkpoint's `checkpoints/.tmp-xxxxxxxx/` holding only checkpoint files); anything else,
+   a note inside a checkpoint folder included, makes the command refuse, naming it;
 4. `Claim`: create the directory, take its lock (depthlab.rundir.DirLock) and check again
    under it; on the way out the lock file, and any folder it created that stayed empty,
    are removed, so a refused command leaves the disk as it found it.
@@ -21,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,15 +35,16 @@ from pathlib import Path
 
 from depthlab import __version__
 from depthlab.atomic import DIR_MODE, atomic_write_text
-from depthlab.errors import UserError
+from depthlab.errors import UserError, write_failed
+from depthlab.memory import human
 from depthlab.rundir import (
     CONFIG_FILE,
     MARKER_FILE,
     METRICS_FILE,
+    STATE_FILE,
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     DirLock,
-    is_leftover,
     run_contents,
 )
 
@@ -55,7 +62,13 @@ OWN_NAMES = {
                     METRICS_FILE, CHECKPOINTS_DIR}),
     HF_CHECKPOINT: frozenset({CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE}),
 }
-_STEP = re.compile(r"^step_\d+$")
+CHECKPOINT_FILES = frozenset({WEIGHTS_FILE, STATE_FILE})  # in each checkpoints/step_NNNNNNN/
+_STEP = re.compile(r"step_\d+")
+# The random part tempfile.mkstemp/mkdtemp put in a name (tempfile._RandomNameSequence):
+# atomic_write's `.NAME.xxxxxxxx.tmp`, save_checkpoint's `checkpoints/.tmp-xxxxxxxx`.
+_RANDOM = "[a-z0-9_]{8}"
+_TEMP_FILE = re.compile(rf"\.(.+)\.{_RANDOM}\.tmp")
+_CHECKPOINT_STAGE = re.compile(rf"\.tmp-{_RANDOM}")
 
 
 def short(text: str, keep: int = 240) -> str:
@@ -107,7 +120,16 @@ def check_location(value: str | os.PathLike, flag: str = "--out") -> Path:
     anchor = _anchor(path)
     if not os.access(anchor, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {shown}: {short(str(anchor))} is not writable")
-    return path
+    return settled(path)
+
+
+def settled(path: str | os.PathLike) -> Path:
+    """`path`, with any `..` resolved to the folder it names now: `link/checkpoints/..`
+    names the run only while checkpoints/ exists, so a command that empties the run would
+    lose its own folder (and its lock file) half way. Paths without `..` are kept as
+    given, so messages show what the user typed."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if ".." in path.parts else path
 
 
 def check_space(path: Path, need_bytes: int, flag: str = "--out") -> None:
@@ -115,8 +137,8 @@ def check_space(path: Path, need_bytes: int, flag: str = "--out") -> None:
     estimate (the new files are complete before an old directory is removed)."""
     free = shutil.disk_usage(_anchor(Path(path))).free
     if need_bytes > free:
-        raise UserError(f"{flag} {short(str(path))}: needs about {need_bytes / 1e6:,.0f} MB, "
-                        f"the disk has {free / 1e6:,.0f} MB free; nothing was written")
+        raise UserError(f"{flag} {short(str(path))}: needs about {human(need_bytes)}, "
+                        f"the disk has {human(free)} free; nothing was written")
 
 
 def check_apart(out: Path, source: Path, flag: str = "--out") -> None:
@@ -131,6 +153,17 @@ def check_apart(out: Path, source: Path, flag: str = "--out") -> None:
     if s in o.parents:
         raise UserError(f"{flag} {short(str(out))}: lies inside the source "
                         f"{short(str(source))}; choose another {flag}")
+
+
+def check_not_inside(out: Path, source: str | os.PathLike, source_flag: str,
+                     flag: str = "--out") -> None:
+    """A file the command reads (its --corpus) may not lie inside --out, which the command
+    may empty, however either path is spelled (`..`, symlinks: resolved paths compare)."""
+    o, s = Path(out).resolve(), Path(source).expanduser().resolve()
+    if o == s or o in s.parents:
+        raise UserError(f"{source_flag} {short(str(source))}: lies inside {flag} "
+                        f"{short(str(out))}, which this command may empty; move it out or "
+                        f"choose another {flag} (nothing was changed)")
 
 
 @dataclass(frozen=True)
@@ -167,6 +200,74 @@ def _old_run(path: Path) -> bool:
                                          for k in ("model", "data", "train"))
 
 
+def _lkind(p: Path) -> str:
+    """"file", "dir" or "other" (a symlink, a pipe, ...), without following a link: a run's
+    own entries are never links, so a link under an own name is someone else's."""
+    try:
+        mode = os.lstat(p).st_mode
+    except OSError:
+        return "other"
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def _own_temp(p: Path, owned: frozenset[str]) -> bool:
+    """A file atomic_write left while writing one of `owned` (`.NAME.xxxxxxxx.tmp`)."""
+    m = _TEMP_FILE.fullmatch(p.name)
+    return m is not None and m.group(1) in owned and _lkind(p) == "file"
+
+
+@dataclass
+class Inventory:
+    """A directory sorted into what depthlab wrote there, by exact name, and the rest."""
+
+    files: list[Path]  # every file depthlab wrote (leftovers of killed writes included)
+    dirs: list[Path]  # its folders, innermost first
+    leftovers: list[Path]  # what killed writes left: temporary files, checkpoint stages
+    foreign: list[str]  # everything else, relative to the directory
+
+
+def _checkpoint_folder(folder: Path, inv: Inventory, rel: str, temps: bool) -> bool:
+    """Sort one checkpoints/ folder's files into `inv`; a stage (`temps`) may also hold the
+    temporary files of a killed write. Whether it held nothing else."""
+    clean = True
+    for q in sorted(folder.iterdir()):
+        if q.name in CHECKPOINT_FILES and _lkind(q) == "file" or temps and _own_temp(
+                q, CHECKPOINT_FILES):
+            inv.files.append(q)
+        else:
+            inv.foreign.append(f"{rel}/{q.name}")
+            clean = False
+    inv.dirs.append(folder)
+    return clean
+
+
+def inventory(path: Path, kind: str) -> Inventory:
+    """What depthlab wrote in `path` as a `kind` directory and what it did not (its lock and
+    marker left out: they are the command's own)."""
+    owned = OWN_NAMES[kind]
+    inv = Inventory([], [], [], [])
+    for name in run_contents(path):
+        p = Path(path) / name
+        if name == CHECKPOINTS_DIR and name in owned and _lkind(p) == "dir":
+            for c in sorted(p.iterdir()):
+                rel = f"{CHECKPOINTS_DIR}/{c.name}"
+                stage = _CHECKPOINT_STAGE.fullmatch(c.name) is not None
+                if _lkind(c) == "dir" and (stage or _STEP.fullmatch(c.name)):
+                    if _checkpoint_folder(c, inv, rel, temps=stage) and stage:
+                        inv.leftovers.append(c)
+                else:
+                    inv.foreign.append(rel)
+            inv.dirs.append(p)
+        elif name in owned and _lkind(p) == "file":
+            inv.files.append(p)
+        elif _own_temp(p, owned):
+            inv.files.append(p)
+            inv.leftovers.append(p)
+        else:
+            inv.foreign.append(name)
+    return inv
+
+
 def survey(path: Path) -> Contents:
     """What `path` holds, without changing it."""
     path = Path(path)
@@ -174,14 +275,10 @@ def survey(path: Path) -> Contents:
     if not names:
         return Contents(EMPTY, "is empty" if path.is_dir() else "does not exist")
     kind = _marker_kind(path) or (RUN if _old_run(path) else None)
-    visible = [n for n in names if not is_leftover(n)]
-    foreign = [n for n in visible if n not in OWN_NAMES.get(kind, ())]
-    if kind == RUN and (path / CHECKPOINTS_DIR).is_dir():
-        foreign += [f"{CHECKPOINTS_DIR}/{p.name}" for p in (path / CHECKPOINTS_DIR).iterdir()
-                    if not (_STEP.match(p.name) or is_leftover(p.name))]
+    foreign = inventory(path, kind).foreign if kind is not None else names
     if kind is not None and not foreign:
         return Contents(kind, f"holds {LABELS[kind]} depthlab wrote ({_listing(names)})")
-    runs = [n for n in visible if (path / n / CONFIG_FILE).is_file()
+    runs = [n for n in names if (path / n / CONFIG_FILE).is_file()
             or (path / n / MARKER_FILE).is_file()]
     if runs:
         return Contents(None, f"holds other runs ({_listing(runs)}); it is a folder of runs, "
@@ -220,15 +317,35 @@ def write_marker(path: Path, kind: str) -> None:
 
 
 def clear_run(path: Path, replace_flag: str = "--overwrite") -> None:
-    """Empty a run directory depthlab wrote (its lock and marker stay); anything else is
-    refused. The caller holds the lock."""
+    """Empty a run directory depthlab wrote (its lock and marker stay), removing exactly the
+    files `inventory` names as its own; anything else is refused before a file goes. The
+    caller holds the lock."""
     found = survey(path)
     if found.kind not in (RUN, EMPTY):
         raise UserError(f"{short(str(path))}: {found.about}; {replace_flag} replaces only a "
                         "run directory depthlab wrote, so nothing was changed")
-    for name in run_contents(path):
-        p = Path(path) / name
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    if found.kind == EMPTY:
+        return
+    inv = inventory(path, RUN)
+    for f in inv.files:
+        f.unlink(missing_ok=True)
+    for d in inv.dirs:
+        d.rmdir()  # empty now; something written there meanwhile stops the command here
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Delete what a killed atomic write left in a run depthlab wrote: exactly the
+    temporary names of its own files and checkpoint stages (`inventory`). Only the lock
+    holder of a directory `survey` calls a run may call it."""
+    inv = inventory(path, RUN)
+    for p in inv.leftovers:
+        if _lkind(p) == "dir":
+            for q in p.iterdir():
+                q.unlink()  # only checkpoint files and their temporaries: inventory said so
+            p.rmdir()
+        else:
+            p.unlink(missing_ok=True)
+    return inv.leftovers
 
 
 def _make_dirs(path: Path, flag: str) -> list[Path]:
@@ -301,6 +418,7 @@ def claim_target(path: Path, kind: str, *, replace: bool, replace_flag: str = "-
                  sources: tuple[Path, ...] = (), flag: str = "--out") -> Iterator[Contents]:
     """check_target, then the lock, then check_target again under it (another process may
     have written there in between): the caller writes inside the `with`."""
+    path = settled(path)
     check_target(path, kind, replace=replace, replace_flag=replace_flag, sources=sources,
                  flag=flag)
     with Claim(Path(path), NOUNS[kind], flag):
@@ -362,11 +480,19 @@ def write_whole(out_dir: Path, kind: str, write: Callable[[Path], None],
     out_dir as it was."""
     check_space(out_dir, need_bytes)
     target = Path(os.path.realpath(out_dir))  # through a symlink: the folder it names
-    stage = stage_dir(target)
+    try:
+        stage = stage_dir(target)
+    except OSError as e:
+        raise UserError(write_failed(e, f"{out_dir} is as it was")) from None
     try:
         write_marker(stage, kind)
         write(stage)
         publish(stage, target)
+    except OSError as e:  # a full disk, whoever raised it (depthlab.atomic.write_error)
+        shutil.rmtree(stage, ignore_errors=True)
+        name = Path(e.filename).name if e.filename else None
+        shown = OSError(e.errno, e.strerror, str(Path(out_dir) / name)) if name else e
+        raise UserError(write_failed(shown, f"{out_dir} is as it was")) from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

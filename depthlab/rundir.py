@@ -20,7 +20,8 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
+import re
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
+STATE_FILE = "state.pt"  # RUN/checkpoints/step_NNNNNNN/state.pt (depthlab.train.checkpoint)
 LOCK_FILE = ".lock"
 MARKER_FILE = ".depthlab"
 # Keys that describe where a run executes, not what it computes: a resume may change them
@@ -92,7 +94,12 @@ class DirLock:
     owner's PID. The OS drops the lock when the process dies, so no lock is ever stale.
     The holder removes the file when it lets go; a process that opened the file just
     before that sees, once it has the flock, that the path names another file (or none)
-    and tries again, so two processes never both hold "the" lock."""
+    and tries again, so two processes never both hold "the" lock.
+
+    The lock never follows a link: DIR/.lock is opened with O_NOFOLLOW and must be a
+    regular file with one name holding nothing but a PID (what a killed holder leaves),
+    so a `.lock` that is a symlink or hard link to someone's file, or any other file, is
+    refused by name and left as it is, never truncated."""
 
     def __init__(self, directory: Path, what: str = "run directory") -> None:
         self.dir = Path(directory)
@@ -103,10 +110,9 @@ class DirLock:
         usable_dir(self.dir)
         path = self.dir / LOCK_FILE
         for _ in range(100):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise UserError(f"{path}: cannot create the lock file ({e.strerror})") from None
+            fd, created = _open_lock(path)
+            if fd is None:
+                continue  # removed between two looks: try again
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -121,6 +127,8 @@ class DirLock:
             os.close(fd)  # its holder removed it meanwhile: lock the file that is there now
         else:
             raise UserError(f"{path}: the lock file keeps changing; is another process looping?")
+        if not created:
+            _check_stale_lock(fd, path)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -136,9 +144,10 @@ class DirLock:
     @staticmethod
     def holder(directory: Path) -> str | None:
         """The PID (as written) of the live process holding DIR/.lock, or None when no
-        process holds it. Creates nothing."""
+        process holds it. Creates nothing and follows no link."""
         try:
-            fd = os.open(Path(directory) / LOCK_FILE, os.O_RDONLY)
+            fd = os.open(Path(directory) / LOCK_FILE,
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return None
         try:
@@ -156,9 +165,52 @@ class DirLock:
         self.release()
 
 
+_NOT_YOURS = "depthlab writes a lock only into a file it creates; nothing was changed"
+_PID_LINE = re.compile(rb"\d{1,20}\n?")
+
+
+def _open_lock(path: Path) -> tuple[int | None, bool]:
+    """(fd, created): a new lock file made with O_EXCL, or the existing one opened without
+    following a link; (None, False) when it vanished between the two tries."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise UserError(f"{path}: cannot create the lock file ({e.strerror})") from None
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None, False
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"{path}: is a symbolic link; {_NOT_YOURS} (remove the link)") \
+                from None
+        raise UserError(f"{path}: cannot open the lock file ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(st.st_mode) else \
+            f"a file with {st.st_nlink} names (a hard link)"
+        raise UserError(f"{path}: is {what}; {_NOT_YOURS} (remove it)")
+    return fd, False
+
+
+def _check_stale_lock(fd: int, path: Path) -> None:
+    """A lock file found on disk (its holder was killed) holds a PID and nothing else;
+    anything else is someone's file, refused before a byte of it changes."""
+    content = os.pread(fd, 64, 0)
+    if content and not _PID_LINE.fullmatch(content):
+        size = os.fstat(fd).st_size
+        os.close(fd)
+        raise UserError(f"{path}: holds {size:,} bytes that are not a process id; "
+                        f"{_NOT_YOURS} (move the file away if it is yours)")
+
+
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except OSError:
         return False
     own = os.fstat(fd)
@@ -166,24 +218,10 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def is_leftover(name: str) -> bool:
-    """What a killed atomic write leaves: a `.NAME.*.tmp` file or a `.tmp-*` folder."""
+    """A name like those a killed atomic write leaves (`.NAME.*.tmp`, `.tmp-*`): passed over
+    when telling what a folder is, never a reason to delete it (depthlab.outdir decides
+    what a run owns by exact name)."""
     return name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".tmp"))
-
-
-def remove_leftovers(directory: Path) -> list[Path]:
-    """Delete what a killed atomic write leaves behind (`.NAME.*.tmp` files and `.tmp-*`
-    folders) in `directory` and its checkpoints/ folder. Only the lock holder of a run
-    depthlab wrote may call it (depthlab.outdir.survey says which directories are)."""
-    removed = []
-    for folder in (Path(directory), Path(directory) / "checkpoints"):
-        if not folder.is_dir():
-            continue
-        for p in folder.iterdir():
-            is_tmp_file = p.name.endswith(".tmp") and p.is_file()
-            if p.name.startswith(".tmp-") or (is_leftover(p.name) and is_tmp_file):
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-                removed.append(p)
-    return removed
 
 
 def run_contents(run_dir: Path) -> list[str]:

@@ -110,6 +110,21 @@ def remove(name: str) -> Callable[[Path], None]:
     return lambda run: (run / name).unlink()
 
 
+def weights_times(factor: float, only: tuple[str, ...] = (),
+                  then: tuple[str, float] | None = None) -> Callable[[Path], None]:
+    """RUN/model.safetensors with its tensors (or `only` these) multiplied by `factor`."""
+    def mutate(run: Path) -> None:
+        from safetensors.torch import load_file
+        state = load_file(str(run / "model.safetensors"))
+        for name, t in state.items():
+            if not only or name in only:
+                t.mul_(factor)
+        if then is not None:
+            state[then[0]].mul_(then[1])
+        save_file(state, str(run / "model.safetensors"))
+    return mutate
+
+
 def every_checkpoint(name: str, content: bytes) -> Callable[[Path], None]:
     def mutate(run: Path) -> None:
         for folder in (run / "checkpoints").iterdir():
@@ -299,6 +314,11 @@ def folder_with(files: dict[str, bytes]) -> Callable[[Path], str]:
     return make
 
 
+def folder_named_like_a_text(tmp: Path) -> str:
+    (tmp / "texts" / "sub.txt").mkdir(parents=True)
+    return str(tmp / "texts")
+
+
 def symlink_to(target: str) -> Callable[[Path], str]:
     def make(tmp: Path) -> str:
         (tmp / "link.txt").symlink_to(target)
@@ -323,6 +343,8 @@ CORPORA: dict[str, Callable[[Path], str]] = {
     "folder-without-txt": folder_with({"a.md": b"# hello"}),
     "folder-with-empty-txt": folder_with({"a.txt": b"hello " * 200, "b.txt": b""}),
     "folder-with-binary-txt": folder_with({"a.txt": b"\x00" * 50}),
+    "whitespace-100kb": lambda tmp: text_file(tmp, " \n\t" * 34_000, "w.txt"),
+    "folder-holding-a-folder-named-sub-txt": folder_named_like_a_text,
 }
 for _name, _make in CORPORA.items():
     case(f"corpus-{_name}", corpus_case(_make))
@@ -357,13 +379,17 @@ BROKEN_RUNS: dict[str, Callable[[Path, World], str]] = {
         tmp, w, write("tokenizer.json", '{"kind": "char", "chars": ["a", "a"]}')),
     "tokenizer-bpe-garbage": lambda tmp, w: run_copy(
         tmp, w, write("tokenizer.json", '{"kind": "bpe", "model": 3}')),
+    "weights-nan": lambda tmp, w: run_copy(tmp, w, weights_times(float("nan"))),
+    "weights-overflow-the-logits": lambda tmp, w: run_copy(tmp, w, weights_times(
+        1e30, only=("final_norm.weight",), then=("embed_tokens.weight", 1e10))),
 }
 for _name, _make in BROKEN_RUNS.items():
     case(f"generate-run-{_name}",
          lambda tmp, w, m=_make: ["generate", "--run", m(tmp, w), "--prompt", "RO", "--tokens", "2"])
     case(f"next-token-run-{_name}",
          lambda tmp, w, m=_make: ["next-token", "--run", m(tmp, w), "--prompt", "RO"])
-for _name in ("missing", "config-other-shape", "weights-garbage", "tokenizer-chars-int"):
+for _name in ("missing", "config-other-shape", "weights-garbage", "tokenizer-chars-int",
+              "weights-nan", "weights-overflow-the-logits"):
     case(f"probe-run-{_name}",
          lambda tmp, w, m=BROKEN_RUNS[_name]: ["probe", "run", m(tmp, w), "--prompt", "RO"])
 _MISSING = [d for d, have in (("cuda", torch.cuda.is_available()),
@@ -418,6 +444,62 @@ BROKEN_CHECKPOINTS: dict[str, Callable[[Path], None]] = {
 }
 for _name, _mutate in BROKEN_CHECKPOINTS.items():
     case(f"resume-{_name}", lambda tmp, w, m=_mutate: resume_argv(run_copy(tmp, w, m)))
+# a .lock that is a symlink to the corpus (a protected file): refused, the corpus unchanged
+def lock_to_corpus(run: Path) -> None:
+    (run / ".lock").symlink_to(TEXT)
+
+
+case("lock-symlink-resume", lambda tmp, w: resume_argv(run_copy(tmp, w, lock_to_corpus)))
+case("lock-symlink-overwrite", lambda tmp, w: train_argv(tmp, "--overwrite", "--out",
+                                                         run_copy(tmp, w, lock_to_corpus)))
+case("lock-symlink-hf-import-force", lambda tmp, w: [
+    "hf", "import", str(w.hf), "--out", run_copy(tmp, w, lock_to_corpus), "--force"])
+# --overwrite/--force never delete what depthlab did not write, nor the command's own text
+def note_in(rel: str) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_text("mine")
+    return mutate
+
+
+for _rel in ("checkpoints/step_0000002/notes.txt", ".tmp-work/draft.txt", ".notes.tmp"):
+    case(f"overwrite-user-file-{_rel}", lambda tmp, w, r=_rel: train_argv(
+        tmp, "--overwrite", "--out", run_copy(tmp, w, note_in(r))))
+    case(f"hf-import-force-user-file-{_rel}", lambda tmp, w, r=_rel: [
+        "hf", "import", str(w.hf), "--out", run_copy(tmp, w, note_in(r)), "--force"])
+
+
+def corpus_inside(tmp: Path, w: World) -> list[str]:
+    run = Path(run_copy(tmp, w, lambda r: None))
+    text = run / "checkpoints" / "step_0000002" / "text.txt"
+    shutil.copyfile(TEXT, text)
+    (tmp / "link").symlink_to(run)
+    return ["train", "--preset", "tiny", "--corpus", str(text), "--out",
+            str(tmp / "link" / "checkpoints" / ".."), "--overwrite", "--no-progress"]
+
+
+case("overwrite-own-corpus-inside-out", corpus_inside)
+# the corpus's identity on resume comes from the checkpoint and the tokenizer, not an
+# editable field: a malformed, removed or re-aimed corpus.sha256 is refused in one line
+def corpus_record(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def mutate(run: Path) -> None:
+        record = json.loads((run / "config.json").read_text())
+        change(record)
+        (run / "config.json").write_text(json.dumps(record))
+    return mutate
+
+
+for _name, _change in {
+        "hash-5": lambda r: r["corpus"].update(sha256="5"),
+        "hash-removed": lambda r: r["corpus"].pop("sha256"),
+        "hash-a-list": lambda r: r["corpus"].update(sha256=[1]),
+        "hash-of-another-text": lambda r: r["corpus"].update(sha256="0" * 64),
+        "corpus-not-an-object": lambda r: r.update(corpus="tiny")}.items():
+    case(f"resume-corpus-{_name}", lambda tmp, w, c=_change: resume_argv(
+        run_copy(tmp, w, corpus_record(c))))
+case("resume-tokenizer-reordered", lambda tmp, w: resume_argv(run_copy(tmp, w, write(
+    "tokenizer.json", json.dumps({"kind": "char", "chars": sorted(
+        json.loads((w.run / "tokenizer.json").read_text())["chars"], reverse=True)})))))
 case("resume-other-schedule",
      lambda tmp, w: [*resume_argv(run_copy(tmp, w, lambda r: None)), "--steps", "10"])
 case("resume-other-seed",
@@ -515,6 +597,8 @@ BAD_PROBES = [
     ["growth", "--real", "--tokens", "0"], ["growth", "--real", "--set", "model.n_layers=0"],
     ["growth", "--real", "--set", "model.vocab_size=1000000000000"],
     ["paths", "--depth", "0"], ["paths", "--depth", "100000"], ["paths", "--scale", "nan"],
+    ["gradflow", "--gain", "1e-320"], ["collapse", "--gain", "1e-320"],
+    ["gradflow", "--gain", "1e-250", "--residual", "plain", "--json"],
     ["paths", "--x0", "inf"], ["norms", "abc"], ["norms", "nan", "1"], ["norms", "1", "inf"],
     ["norms", "--eps", "-1", "3", "4"], ["norms"], ["unknown-probe"],
 ]

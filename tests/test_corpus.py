@@ -62,7 +62,9 @@ def test_local_file_and_folder(tmp_path):
 @pytest.mark.parametrize("content, phrase", [
     (b"\x00\x01\x02binary", "binary"),
     ("caf\xe9".encode("latin-1"), "not UTF-8"),
-    (b"  \n", "empty"),
+    (b"", "empty file"),
+    (b"  \n", "holds only whitespace (3 B), no text to train on"),
+    (b" \n\t" * 34_000, "holds only whitespace (99.6 KB), no text to train on"),
 ])
 def test_bad_files_name_the_file(tmp_path, content, phrase):
     path = tmp_path / "bad.txt"
@@ -87,3 +89,38 @@ def test_an_empty_corpus_name_is_refused_not_read_as_the_current_folder(spec, tm
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match="empty; give shakespeare, hongloumeng or a .txt file"):
         load_corpus(spec)
+
+
+def test_a_folder_named_like_a_text_is_a_folder(tmp_path):
+    """rglob('*.txt') also matches a folder `sub.txt/`: its files are read, the folder is
+    not opened as a text (it is no "device, pipe or socket")."""
+    corpus = tmp_path / "texts"
+    (corpus / "sub.txt").mkdir(parents=True)
+    with pytest.raises(UserError) as e:
+        load_corpus(str(corpus))
+    assert str(e.value) == f"{corpus}: folder holds no .txt files (sub.txt is a folder)"
+    (corpus / "sub.txt" / "a.txt").write_text("alpha\n", encoding="utf-8")
+    (corpus / "b.txt").write_text("beta\n", encoding="utf-8")
+    assert load_corpus(str(corpus)).text == "beta\n\nalpha\n"
+    assert load_corpus(str(corpus)).sources == (str(corpus / "b.txt"),
+                                                str(corpus / "sub.txt" / "a.txt"))
+
+
+def test_a_token_cache_that_cannot_be_written_is_named_by_its_path(tmp_path, monkeypatch,
+                                                                    capsys):
+    import errno
+
+    import depthlab.tokenizer as tokenizer
+    from depthlab.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(tokenizer, "_build_entry", full)
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+    code = main(["train", "--preset", "tiny", "--corpus", str(DATA / "tiny_shakespeare.txt"),
+                 "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 2 and capsys.readouterr().err.strip() == (
+        f"depthlab: error: {tmp_path / 'cache'}: the token cache cannot be written: No space "
+        "left on device; free space there or set DEPTHLAB_CACHE to another folder (nothing "
+        "was written to the run)")
+    assert not (tmp_path / "run").exists()

@@ -6,6 +6,7 @@ a refused command changes no file and leaves no folder or lock behind."""
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,8 +20,9 @@ from train_helpers import REPO, TEXT, cache, config  # noqa: F401 (cache: autous
 
 from depthlab.cli import main
 from depthlab.config import Config, ModelConfig
+from depthlab.errors import UserError
 from depthlab.metrics import read_metrics
-from depthlab.outdir import RUN, survey
+from depthlab.outdir import RUN, short, survey
 from depthlab.rundir import MARKER_FILE, DirLock, load_model, read_config, write_config
 from depthlab.train import train
 
@@ -186,11 +188,89 @@ def test_a_refused_train_keeps_temporary_looking_user_files(tmp_path, capsys):
 
 
 def test_a_run_depthlab_wrote_has_its_leftovers_removed(tmp_path, a_run, capsys):
-    (a_run / ".tmp-x").mkdir()
-    (a_run / ".config.json.ab12.tmp").write_text("half")
+    """What a killed write leaves, by the exact names depthlab's writes make: a temporary
+    file of a file the run owns, a checkpoint stage holding only checkpoint files."""
+    stage = a_run / "checkpoints" / ".tmp-k2j4h5g6"
+    stage.mkdir()
+    (stage / "model.safetensors").write_bytes(b"half")
+    (stage / ".state.pt.ab12cd34.tmp").write_bytes(b"half")
+    (a_run / ".config.json.ab12cd34.tmp").write_text("half")
     cfg = config(steps=2, ckpt_every=2)
     assert train(cfg, a_run, progress=False, resume=True).status == "completed"
-    assert not (a_run / ".tmp-x").exists() and not (a_run / ".config.json.ab12.tmp").exists()
+    assert not stage.exists() and not (a_run / ".config.json.ab12cd34.tmp").exists()
+
+
+USER_FILES = {  # names a pattern would have taken for depthlab's: each is someone's
+    ".tmp-x/draft.txt": "a folder named like a checkpoint stage",
+    ".notes.tmp": "a hidden .tmp file",
+    ".config.json.draft.tmp": "a temporary-looking name of an own file, not mkstemp's",
+    "checkpoints/.tmp-k2j4h5g6/notes.txt": "a stage holding a user file",
+    "checkpoints/step_0000002/notes.txt": "a note inside a checkpoint folder",
+    "checkpoints/step_0000002/.state.pt.ab12cd34.tmp": "a temporary inside a checkpoint",
+}
+
+
+@pytest.mark.parametrize("name", list(USER_FILES))
+def test_overwrite_and_force_refuse_a_run_holding_a_user_file(tmp_path, a_run, hf_dir, name,
+                                                              capsys):
+    target = a_run / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("mine")
+    before = tree(a_run)
+    shown = name.split("/", 2)[0] if not name.startswith("checkpoints/") else name
+    for argv in (["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(a_run),
+                  "--overwrite", "--steps", "2", "--no-progress"],
+                 ["hf", "import", str(hf_dir), "--out", str(a_run), "--force"]):
+        code, err = cli(capsys, *argv)
+        assert code == 2 and len(err) == 1, err
+        assert f"but also {short(shown, 40)}" in err[0], err
+        assert tree(a_run) == before
+    # a resume keeps them too (the run is not one depthlab alone wrote: nothing is cleaned)
+    if not name.startswith("checkpoints/step_"):
+        assert train(config(steps=2, ckpt_every=2), a_run, progress=False,
+                     resume=True).status == "completed"
+        assert target.read_text() == "mine"
+
+
+def test_pruning_keeps_a_note_in_an_old_checkpoint_folder(tmp_path):
+    run = tmp_path / "run"
+    train(config(steps=4, ckpt_every=1, keep_ckpts=1), run, progress=False, max_steps=2)
+    note = run / "checkpoints" / "step_0000002" / "notes.txt"
+    note.write_text("mine")
+    assert train(config(steps=4, ckpt_every=1, keep_ckpts=1), run, progress=False,
+                 resume=True).status == "completed"
+    assert note.read_text() == "mine"  # its folder stays, the checkpoint files went
+    assert sorted(p.name for p in note.parent.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000002",
+                                                                       "step_0000004"]
+
+
+def test_a_corpus_inside_out_is_refused_however_spelled(tmp_path, a_run, capsys):
+    corpus = a_run / "checkpoints" / "step_0000002" / "text.txt"
+    corpus.write_text(Path(TEXT).read_text())
+    (tmp_path / "link").symlink_to(a_run)
+    before = tree(a_run)
+    for out, text in ((a_run, corpus), (tmp_path / "link", corpus),
+                      (a_run, tmp_path / "link" / "checkpoints" / ".." / "checkpoints" /
+                       "step_0000002" / "text.txt"),
+                      (tmp_path / "link" / "checkpoints" / "..", corpus)):
+        code, err = cli(capsys, "train", "--preset", "tiny", "--corpus", str(text), "--out",
+                        str(out), "--overwrite", "--steps", "2", "--no-progress")
+        assert code == 2 and len(err) == 1, err
+        assert f"--corpus {text}: lies inside --out" in err[0], err
+        assert tree(a_run) == before
+
+
+def test_overwrite_through_dotdot_replaces_the_run_and_leaves_no_lock(tmp_path, a_run, capsys):
+    (tmp_path / "link").symlink_to(a_run)
+    out = tmp_path / "link" / "checkpoints" / ".."
+    code, err = cli(capsys, "train", "--preset", "tiny", "--corpus", TEXT, "--out", str(out),
+                    "--overwrite", "--steps", "2", "--no-progress",
+                    "--set", "train.ckpt_every=2", "--seed", "5")
+    assert code == 0, err
+    assert read_config(a_run)[1]["seed"] == 5  # the new run, in the folder `out` named
+    assert (a_run / "checkpoints" / "step_0000002").is_dir()
+    assert not (a_run / ".lock").exists()
 
 
 @pytest.mark.parametrize("kind", ["train", "import", "import-gguf", "export"])
@@ -288,8 +368,27 @@ def test_an_import_larger_than_the_free_disk_is_refused_before_writing(tmp_path,
     monkeypatch.setattr(outdir.shutil, "disk_usage",
                         lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1000))
     code, err = cli(capsys, "hf", "import", str(hf_dir), "--out", str(tmp_path / "r"))
-    assert code == 2 and len(err) == 1 and "the disk has 0 MB free" in err[0], err
+    assert code == 2 and len(err) == 1 and "the disk has 1000 B free" in err[0], err
+    assert re.search(r"needs about \d+\.\d (KB|MB), ", err[0]), err  # never "0 MB"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("need, free, says", [
+    (118_000, 50_000, "needs about 115.2 KB, the disk has 48.8 KB free"),
+    (900, 0, "needs about 900 B, the disk has 0 B free"),
+    (3 << 30, 5 << 20, "needs about 3.0 GB, the disk has 5.0 MB free"),
+])
+def test_the_space_a_write_needs_is_said_in_a_unit_that_fits(tmp_path, monkeypatch, need, free,
+                                                            says):
+    import shutil
+
+    import depthlab.outdir as outdir
+
+    monkeypatch.setattr(outdir.shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, free))
+    with pytest.raises(UserError) as e:
+        outdir.check_space(tmp_path / "out", need)
+    assert str(e.value) == f"--out {tmp_path / 'out'}: {says}; nothing was written"
 
 
 def test_the_page_leaves_the_status_of_a_run_another_process_holds(tmp_path):

@@ -199,11 +199,12 @@ def test_leftovers_of_a_killed_write_are_removed_at_the_next_start(tmp_path, cap
     run = tmp_path / "run"
     cfg = config(steps=20, ckpt_every=5)
     train(cfg, run, progress=False, max_steps=10)
-    leftovers = [run / "checkpoints" / ".tmp-abc123", run / "checkpoints" / ".tmp-def456"]
+    # the names mkdtemp and mkstemp make (8 random characters): depthlab's own, exactly
+    leftovers = [run / "checkpoints" / ".tmp-abc12345", run / "checkpoints" / ".tmp-def_6789"]
     for folder in leftovers:
         folder.mkdir()
         (folder / "state.pt").write_bytes(b"half")
-    stray = run / ".model.safetensors.x1y2.tmp"
+    stray = run / ".model.safetensors.x1y2z3w4.tmp"
     stray.write_bytes(b"half")
     capsys.readouterr()
     assert train(cfg, run, progress=False, resume=True).status == "completed"
@@ -438,6 +439,70 @@ def test_resume_refuses_an_edited_corpus(tmp_path, capsys):
     assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
     corpus.write_text(Path(TEXT).read_text(encoding="utf-8"), encoding="utf-8")
     assert cli([*argv, "--resume", "--max-steps", "6"], capsys)[0] == 130
+
+
+def _set_recorded_text(value: object):
+    def edit(record: dict) -> None:
+        if value is ...:
+            del record["corpus"]["sha256"]
+        elif value == "the edited text's":
+            text = (Path(record["config"]["data"]["corpus"])).read_text(encoding="utf-8")
+            record["corpus"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+        else:
+            record["corpus"]["sha256"] = value
+    return edit
+
+
+EDITED_RECORDS = {  # config.json edited beside an edited corpus: (edit, what the line says)
+    "hash-5": (_set_recorded_text("5"), 'field corpus.sha256 is "5", not a sha256'),
+    "hash-removed": (_set_recorded_text(...), "field corpus.sha256 is missing"),
+    "hash-null": (_set_recorded_text(None), "field corpus.sha256 is missing"),
+    "hash-upper-case": (_set_recorded_text("A" * 64), "not a sha256 (64 hex digits)"),
+    "corpus-record-removed": (lambda r: r.pop("corpus"), "field corpus.sha256 is missing"),
+    "hash-of-the-edited-text": (_set_recorded_text("the edited text's"),
+                                "/state.pt was trained on the text"),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITED_RECORDS))
+def test_resume_checks_the_text_from_what_the_run_saved_beside_its_weights(tmp_path, capsys,
+                                                                          name):
+    """config.json is an editable file: a hash edited to match the new text, removed or
+    malformed never lets a resume train on another text. The checkpoint carries the
+    text's hash; a missing or malformed field is refused in one line naming it."""
+    edit, says = EDITED_RECORDS[name]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(Path(TEXT).read_text(encoding="utf-8"), encoding="utf-8")
+    run = tmp_path / "run"
+    assert cli(["train", "--preset", "tiny", "--corpus", str(corpus), "--out", str(run),
+                "--no-progress", "--max-steps", "4"], capsys)[0] == 130
+    # the same characters in another order: the same vocabulary, other token ids
+    corpus.write_text(corpus.read_text(encoding="utf-8").replace("the", "teh"), encoding="utf-8")
+    record = json.loads((run / "config.json").read_text())
+    edit(record)
+    (run / "config.json").write_text(json.dumps(record))
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code, err = cli(["train", "--config", str(run / "config.json"), "--out", str(run),
+                     "--resume", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert says in err and ("config.json: field corpus.sha256" in err), err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_resume_refuses_a_tokenizer_json_that_is_not_the_runs(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--preset", "tiny", "--corpus", TEXT, "--out", str(run), "--no-progress"]
+    assert cli([*argv, "--max-steps", "4"], capsys)[0] == 130
+    tok = json.loads((run / "tokenizer.json").read_text())
+    tok["chars"][0], tok["chars"][1] = tok["chars"][1], tok["chars"][0]
+    (run / "tokenizer.json").write_text(json.dumps(tok))
+    code, err = cli([*argv, "--resume"], capsys)
+    assert code == 2 and err.strip() == (
+        f"depthlab: error: {run / 'tokenizer.json'}: does not map the tokens the corpus "
+        "gives; nothing was changed. Restore it, or pass --overwrite to start over")
+    (run / "tokenizer.json").unlink()
+    code, err = cli([*argv, "--resume"], capsys)
+    assert code == 2 and f"{run / 'tokenizer.json'}: missing" in err
 
 
 def test_a_stop_between_log_steps_keeps_the_cpu_seconds_of_the_steps_before_it(tmp_path,

@@ -47,6 +47,29 @@ def _terminate_as_interrupt(signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code: 0 when its work finished and was saved, 2 a refused
+    input or a failed write, 3 a diverged run, 130 an interrupt (Ctrl-C or SIGTERM, at any
+    moment, the second one included). Called with argv None it is the process's entry
+    point: once the code is decided, SIGINT and SIGTERM are ignored while the process
+    exits, so a signal that arrives after the work is saved (during the interpreter's
+    shutdown, when Python would die of it with -2 or -15) leaves the code as it was."""
+    entry = argv is None
+    code = 130
+    try:
+        try:
+            code = _run(argv)
+        finally:
+            if entry:
+                _settle()
+    except KeyboardInterrupt:  # a signal while a message was printed or the lock released
+        if entry:
+            _settle()
+        print("depthlab: interrupted", file=sys.stderr)
+        code = 130
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
@@ -60,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     return run_handler(args)
+
+
+def _settle() -> None:
+    """The exit code is decided: from here SIGINT and SIGTERM change nothing."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ import re
 import sys
 from typing import Any, NoReturn
 
+from depthlab.atomic import write_error
 from depthlab.config import Config, apply_overrides
 from depthlab.errors import UserError, write_failed
 from depthlab.presets import describe_presets, get_preset
@@ -42,6 +43,12 @@ def run_handler(args: argparse.Namespace) -> int:
         return 0
     except OSError as e:  # disk full, a read-only folder, /proc: the input was the place
         print(f"depthlab: error: {write_failed(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a write that failed inside torch or safetensors, outside
+        failed = write_error(e, getattr(e, "filename", None) or "a file")  # atomic_write
+        if failed is None:
+            raise
+        print(f"depthlab: error: {write_failed(failed)}", file=sys.stderr)
         return 2
 
 

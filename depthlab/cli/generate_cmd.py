@@ -9,6 +9,7 @@ from pathlib import Path
 
 from depthlab.cli.common import parse_ids, print_json
 from depthlab.errors import UserError
+from depthlab.finite import check_finite_weights
 from depthlab.memory import check_fits
 from depthlab.probes.token_text import position_labels, token_text
 from depthlab.rundir import load_model, load_tokenizer
@@ -56,6 +57,7 @@ def _load(args: argparse.Namespace):
     check_threads(args.threads)
     ids = parse_ids(args.prompt_ids, "--prompt-ids") if args.prompt_ids is not None else None
     model, cfg = load_model(Path(args.run), device=str(pick_device(args.device, field="--device")))
+    check_finite_weights(model, args.run)
     use_threads(args.threads, cfg.model.d_model)
     tok = load_tokenizer(Path(args.run))
     if ids is None:
@@ -94,7 +96,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UserError(f"--top-k must be > 0, got {args.top_k}")
     model, tok, ids = _load(args)
     new = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                   greedy=args.greedy, seed=args.seed)
+                   greedy=args.greedy, seed=args.seed, run=args.run)
     text = tok.decode(new) if tok is not None else None
     if args.json:
         print_json({"prompt_ids": ids, "ids": new, "text": text,
@@ -112,7 +114,7 @@ def run_next_token(args: argparse.Namespace) -> int:
     if args.show <= 0:
         raise UserError(f"--show must be > 0, got {args.show}")
     model, tok, ids = _load(args)
-    shapes, top = next_token(model, ids, args.show)
+    shapes, top = next_token(model, ids, args.show, run=args.run)
     if args.json:
         print_json({
             "tokens": [{"id": i, "text": t} for i, t in zip(ids, _prompt_pieces(tok, ids), strict=True)],

@@ -13,6 +13,7 @@ stops at 64.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from depthlab.cli.common import add_config_args, config_from_args, print_json
@@ -154,6 +155,21 @@ def _no_switch_note(req) -> list[str]:
             "or --norm rmsnorm)"]
 
 
+def _refuse_underflow(req, both, fields: tuple[str, ...], what: str, quantity: str) -> None:
+    """A gain so small that a stack's numbers underflow float64 (weights ~ g/sqrt(width)
+    multiply the stream and its gradients by about g per layer) makes its ratios 0/0:
+    one line saying so, not a table of nan."""
+    stacks = [("naive", both.naive)] + ([(req.label, both.improved)]
+                                        if req.label != "naive" else [])
+    bad = [name for name, r in stacks if not all(
+        math.isfinite(v) for f in fields
+        for v in (getattr(r, f) if isinstance(getattr(r, f), tuple) else (getattr(r, f),)))]
+    if bad:
+        raise UserError(f"--gain {req.gain!r}: in the {' and '.join(bad)} stack the {what} "
+                        f"underflow to 0 in float64 at this gain, so its {quantity} are 0/0, "
+                        "not numbers; give a larger --gain")
+
+
 def gradflow(args: argparse.Namespace) -> int:
     from depthlab.probes import compare, gain_sweep
 
@@ -177,6 +193,7 @@ def gradflow(args: argparse.Namespace) -> int:
                                for name, what in stacks))])
         return 0
     both = compare(req, "gradient")
+    _refuse_underflow(req, both, ("ratio", "per_layer"), "gradients", "bottom/top ratios")
     if _plot_or_json(args, "plot_gradflow", both):
         return 0
     results = [both.naive, both.improved][:len(stacks)]
@@ -208,6 +225,8 @@ def collapse(args: argparse.Namespace) -> int:
     req = _request(args, ffn=args.ffn)
     stacks = _columns(req)
     both = compare(req, "collapse")
+    _refuse_underflow(req, both, ("rel_distance", "mean_cosine"), "stream's tokens",
+                      "distances and cosines")
     if _plot_or_json(args, "plot_collapse", both):
         return 0
     results = [both.naive, both.improved][:len(stacks)]

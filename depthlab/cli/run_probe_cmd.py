@@ -4,6 +4,7 @@ directory on the learner's prompt. One parser and one handler for both names."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from depthlab.cli.common import parse_ids, print_json
 from depthlab.cli.realmodel_report import print_realmodel
@@ -41,7 +42,8 @@ def add_run_probe(sub: argparse._SubParsersAction, name: str, alias: bool = Fals
                     "token is used (default: the model's own top-1 next token)")
     pr.add_argument("--position", type=int, metavar="N",
                     help="the token whose target logit is split into its writes and whose path "
-                    "is drawn, from 0 (negative: from the end; default: the last)")
+                    "is drawn, from 0 (negative: from the end; default: the last); past a "
+                    "model's learned positions the prompt's last context_len tokens are read")
     pr.add_argument("--device", default="cpu", choices=("cpu", "cuda", "mps"),
                     help="cpu (default), cuda or mps")
     pr.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -63,6 +65,10 @@ def run_probe(args: argparse.Namespace) -> int:
     result = probe_run_dir(args.run_dir, prompt, target=target,
                            device=str(pick_device(args.device, field="--device")),
                            threads=args.threads, position=args.position)
+    if result["cropped"]:
+        print(f"depthlab: note: the model has {len(result['prompt_ids'])} learned positions; "
+              f"the probes read the prompt's last {len(result['prompt_ids'])} tokens (the first "
+              f"{result['cropped']} dropped), as generate does", file=sys.stderr)
     if args.plot:
         plot_realmodel(result, args.plot)
     if args.json:

@@ -32,9 +32,17 @@ from depthlab.experiments.spec import (
     seeds_text,
 )
 from depthlab.metrics import MetricsWriter, read_metrics
-from depthlab.outdir import RUN, Claim, check_location, clear_run, survey, write_marker
+from depthlab.outdir import (
+    RUN,
+    Claim,
+    check_location,
+    clear_run,
+    remove_leftovers,
+    survey,
+    write_marker,
+)
 from depthlab.progress import Progress
-from depthlab.rundir import atomic_write_text, is_leftover, remove_leftovers, run_contents, write_config
+from depthlab.rundir import atomic_write_text, is_leftover, run_contents, write_config
 
 STATUS_FILE = "status.json"
 

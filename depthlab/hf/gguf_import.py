@@ -30,6 +30,7 @@ from depthlab.hf.config_map import run_config_from_hf
 from depthlab.hf.convert import Converted, model_from_hf_tensors
 from depthlab.hf.mapping import FAMILIES
 from depthlab.hf.weights import gguf_to_hf_name
+from depthlab.memory import human
 from depthlab.progress import Progress
 
 GGUF_NAMES = FAMILIES["llama"].weights  # the one GGUF architecture read (general.architecture)
@@ -260,7 +261,7 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
     path = resolve_source(source)
     out_dir = outdir.check_location(out_dir)
     outdir.check_target(out_dir, outdir.RUN, replace=force, sources=(path,))
-    say(f"reading {path} ({path.stat().st_size / 1e6:.0f} MB)")
+    say(f"reading {path} ({human(path.stat().st_size)})")
     reader = open_gguf(path)
     meta = _Metadata(reader, path)
     names = {gguf_to_hf_name(t.name, GGUF_NAMES) for t in reader.tensors}

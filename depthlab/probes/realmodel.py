@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from depthlab import rundir
 from depthlab.errors import UserError
+from depthlab.finite import check_finite_logits, check_finite_weights
 from depthlab.locales import marked
 from depthlab.memory import check_fits
 from depthlab.model.residual import stream_view
@@ -199,10 +200,11 @@ def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str
 
 
 def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
-                     position: int | None = None) -> dict[str, Any]:
+                     position: int | None = None, run: str = "the model") -> dict[str, Any]:
     """Every probe above for one prompt. `target` is the token the lens follows (default:
     the model's own top-1 next token); `position` the token whose logit is split into
-    its writes and whose path is drawn (default: the last; negative counts from the end)."""
+    its writes and whose path is drawn (default: the last; negative counts from the end).
+    Non-finite logits are refused, naming `run`, rather than measured as nan."""
     L = model.cfg.n_layers
     if target is not None and not 0 <= target < model.cfg.vocab_size:
         raise UserError(f"target token id must be in [0, {model.cfg.vocab_size}), got {target}")
@@ -216,6 +218,7 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
     sites = _state_sites(L) + _write_sites(L) + patterns
     with torch.no_grad():
         logits, cache = model.run_with_cache(idx, names=sites)
+    check_finite_logits(logits, run, f"of the {len(ids):,}-token prompt")
     # a widened stream (hc/mhc copies, attnres history) is read as the model reads it out
     states = torch.stack([stream_view(cache[n])[0] for n in _state_sites(L)]).float()
     writes = torch.stack([cache[n][0] for n in _write_sites(L)]).float()
@@ -247,6 +250,7 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
     `realmodel_probes`. `threads` (0: depthlab.threads'
     rule for the run's width) sets torch's threads; None leaves them as they are."""
     model, cfg = rundir.load_model(Path(run_dir), device=device)
+    check_finite_weights(model, str(run_dir))
     if threads is not None:
         use_threads(threads, cfg.model.d_model)
     tokenizer = rundir.load_tokenizer(Path(run_dir))
@@ -256,6 +260,11 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
         ids = tokenizer.encode(prompt)
     else:
         ids = list(prompt)
+    # learned positions end at context_len: the last tokens, as generate and next-token
+    # read them (RoPE has no table to run out of: the whole prompt is measured)
+    learned = cfg.model.position == "learned"
+    cropped = max(0, len(ids) - cfg.model.context_len) if learned else 0
+    ids = ids[cropped:]
     check_fits(cfg, device, training=False, seq=max(1, len(ids)), what=f"{run_dir}/config.json")
     typed = None
     if isinstance(target, str):
@@ -263,7 +272,8 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
             raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give --target as an id")
         typed = target_tokens(tokenizer, target)  # verbatim: " cold" and "cold" are two tokens
         target = typed["ids"][0]
-    out = {"run": str(run_dir), **realmodel_probes(model, ids, target, position)}
+    out = {"run": str(run_dir), "cropped": cropped,
+           **realmodel_probes(model, ids, target, position, run=str(run_dir))}
     if tokenizer is not None:
         # tokens as text: a character split over byte tokens merged, a stray byte as <0xHH>
         out["tokens"] = position_labels(tokenizer, out["prompt_ids"])

@@ -2,7 +2,7 @@
 
 A checkpoint is written into a hidden temporary folder and renamed into place,
 so a crash leaves either a complete checkpoint or a `.tmp-*` folder that is
-ignored (and removed by the next trainer, see depthlab.rundir.remove_leftovers).
+ignored (and removed by the next trainer, see depthlab.outdir.remove_leftovers).
 Loading falls back to the previous checkpoint when the newest one is unreadable,
 and reports every unreadable one, so a resume can refuse rather than start over.
 Pruning only removes checkpoints older than the one just written: a damaged
@@ -24,11 +24,11 @@ from typing import Any
 import torch
 
 from depthlab.atomic import DIR_MODE, atomic_write
-from depthlab.rundir import WEIGHTS_FILE, load_weights, save_weights
+from depthlab.errors import UserError
+from depthlab.rundir import STATE_FILE, WEIGHTS_FILE, load_weights, save_weights
 from depthlab.train.optim import Optimizer
 
 CHECKPOINTS_DIR = "checkpoints"
-STATE_FILE = "state.pt"
 _NAME = re.compile(r"^step_(\d+)$")
 
 
@@ -62,20 +62,38 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     os.chmod(tmp, DIR_MODE)  # mkdtemp's folder is private; a checkpoint is not
     try:
-        save_weights(tmp, model)
-        state = {"step": step, "optimizer": optimizer.state_dict(),
-                 "torch_rng": torch.get_rng_state(), **extra}
-        atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))  # written + fsynced
-        if final.exists():
-            shutil.rmtree(final)
+        try:
+            save_weights(tmp, model)
+            state = {"step": step, "optimizer": optimizer.state_dict(),
+                     "torch_rng": torch.get_rng_state(), **extra}
+            atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))  # + fsynced
+        except OSError as e:  # named as the file it was to become, not its stage
+            name = Path(e.filename).name if e.filename else STATE_FILE
+            raise OSError(e.errno, e.strerror, str(final / name)) from None
+        if final.exists() and not remove_checkpoint(final):
+            raise UserError(f"{final}: holds files depthlab did not write "
+                            f"({', '.join(sorted(p.name for p in final.iterdir()))}); the "
+                            f"checkpoint of step {step} was not saved there; move them away")
         os.rename(tmp, final)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # the stage this call made (mkdtemp: its own)
     save_weights(run_dir, model)
     older = [path for s, path in checkpoint_dirs(run_dir) if s < step]
     for old in older[:max(0, len(older) - (keep - 1))]:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_checkpoint(old)
     return final
+
+
+def remove_checkpoint(folder: Path) -> bool:
+    """Delete a checkpoint's own two files and then its folder, unless something else is in
+    it (a note someone put there stays, in its folder); whether the folder went."""
+    for name in (WEIGHTS_FILE, STATE_FILE):
+        (folder / name).unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def load_checkpoint(path: Path, step: int) -> Checkpoint:

@@ -18,6 +18,7 @@ from depthlab.config import Config
 from depthlab.errors import UserError, write_failed
 from depthlab.hooks import HookFn
 from depthlab.metrics import read_metrics
+from depthlab.outdir import settled
 from depthlab.progress import Progress
 from depthlab.train import runtime, setup
 from depthlab.train.evaluate import log_eval, log_probe, log_train
@@ -79,10 +80,11 @@ def train(
     Divergence (non-finite loss or gradient) returns status "failed"; user mistakes
     raise depthlab.errors.UserError.
     """
+    out_dir = settled(out_dir)  # `run/checkpoints/..` would vanish with checkpoints/
     rt = runtime.start(cfg)
     lock = None
     try:
-        lock = claim(Path(out_dir), rt)  # one process per run directory, held to the end
+        lock = claim(out_dir, rt)  # one process per run directory, held to the end
         return _train(cfg, Path(out_dir), rt, resume, overwrite, progress, max_steps,
                       list(fwd_hooks), on_step, cache_root)
     except OSError as e:  # disk full, a folder made read-only: what --resume will find
@@ -99,6 +101,8 @@ def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwr
     started = time.time()
     cfg, data = setup.prepare(cfg, rt, cache_root)
     ckpt = agree_on_start(run_dir, cfg, rt, resume, overwrite)
+    if ckpt is not None:  # the text, before its vocabulary meets the weights' shapes
+        setup.check_same_data(run_dir, data, ckpt, note=rt.is_main)
     model, optimizer = setup.build(cfg, rt, ckpt)
     if ckpt is not None and ckpt.step >= cfg.train.steps:
         return _finished(run_dir, cfg, time.time() - started)
@@ -152,9 +156,12 @@ def _run_steps(run: Run, st: LoopState, progress: bool, max_steps: int | None,
             st.step = newest_step_on_disk(run.run_dir) or 0  # the summary's step is on disk
         except Exception as e:
             if run.writer is not None:
-                run.writer.log("run_end", step=st.step, status="failed",
-                               message=f"{type(e).__name__}: {e}")
-                run.writer.close()
+                try:  # best effort: on a full disk the log cannot take it either
+                    run.writer.log("run_end", step=st.step, status="failed",
+                                   message=f"{type(e).__name__}: {e}")
+                    run.writer.close()
+                except OSError:
+                    pass
             raise
         finally:
             if bar is not None:

@@ -7,6 +7,9 @@ the run directory's config and log, and the wrapped forward the steps call.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,11 +24,26 @@ from depthlab.hooks import HookFn
 from depthlab.memory import check_fits
 from depthlab.metrics import MetricsWriter, truncate_after
 from depthlab.model import Transformer
-from depthlab.outdir import RUN, write_marker
-from depthlab.rundir import METRICS_FILE, TOKENIZER_FILE, load_fitting, read_config, write_config
-from depthlab.tokenizer import TokenData, prepare_data
+from depthlab.outdir import RUN, short, write_marker
+from depthlab.rundir import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    STATE_FILE,
+    TOKENIZER_FILE,
+    load_fitting,
+    read_config,
+    write_config,
+)
+from depthlab.tokenizer import (
+    CharTokenizer,
+    TokenData,
+    Tokenizer,
+    cache_dir,
+    load_tokenizer,
+    prepare_data,
+)
 from depthlab.train import batches, runtime, step_reads
-from depthlab.train.checkpoint import STATE_FILE, Checkpoint
+from depthlab.train.checkpoint import Checkpoint
 from depthlab.train.optim import Optimizer, make_optimizer, state_mismatch
 
 
@@ -48,6 +66,7 @@ class Run:
     probe_batch: tuple[torch.Tensor, torch.Tensor]  # fixed validation batch of every probe
     reads: step_reads.StepReads
     fwd_hooks: list[tuple[str, HookFn]]
+    identity: dict[str, str]  # data_identity: saved in every checkpoint beside the weights
 
     @property
     def tokens_per_step(self) -> int:
@@ -112,14 +131,27 @@ def prepare(cfg: Config, rt: runtime.Runtime,
     """The tokenised corpus (rank 0 encodes; the others then read its cache) and the
     resolved config, checked against the data and the device's memory."""
     if rt.is_main:
-        data = prepare_data(cfg.data, cache_root)
+        data = _tokenised(cfg, cache_root)
     rt.barrier()
     if not rt.is_main:
-        data = prepare_data(cfg.data, cache_root)
+        data = _tokenised(cfg, cache_root)
     cfg = resolve_config(cfg, data)
     _check_sizes(cfg, data)
     check_fits(cfg, str(rt.device), world=rt.world)
     return cfg, data
+
+
+def _tokenised(cfg: Config, cache_root: Path | None) -> TokenData:
+    """prepare_data, with a token cache that cannot be written (a full disk) named by its
+    path: the run directory is not the place that failed."""
+    root = Path(cache_root or cache_dir())
+    try:
+        return prepare_data(cfg.data, cache_root)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        raise UserError(f"{root}: the token cache cannot be written{where}: "
+                        f"{e.strerror or e}; free space there or set DEPTHLAB_CACHE to "
+                        "another folder (nothing was written to the run)") from None
 
 
 def build(cfg: Config, rt: runtime.Runtime,
@@ -159,8 +191,7 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
           fwd_hooks: list[tuple[str, HookFn]]) -> Run:
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
     start_step = 0
-    if ckpt is not None:
-        check_same_data(run_dir, data, note=rt.is_main)
+    if ckpt is not None:  # check_same_data ran before the model was built
         restore(optimizer, ckpt)
         start_step = ckpt.step
     writer = _open_log(cfg, run_dir, rt, data, ckpt, start_step) if rt.is_main else None
@@ -176,28 +207,104 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
                   if tc.dtype == "bfloat16" else contextlib.nullcontext()),
         writer=writer, start_step=start_step,
         probe_batch=batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, rt.device),
-        reads=step_reads.StepReads(rt.device), fwd_hooks=fwd_hooks)
+        reads=step_reads.StepReads(rt.device), fwd_hooks=fwd_hooks,
+        identity=data_identity(data))
 
 
-def check_same_data(run_dir: Path, data: TokenData, note: bool = True) -> None:
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def tokenizer_fingerprint(tok: Tokenizer) -> str:
+    """sha256 of what a tokenizer maps (its characters or its BPE model, special tokens
+    included), not of its file's formatting: the same tokens give the same fingerprint."""
+    if isinstance(tok, CharTokenizer):
+        canon = json.dumps(["char", tok.chars, tok.special_tokens], ensure_ascii=False)
+    else:
+        canon = tok.hf.to_str()
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def data_identity(data: TokenData) -> dict[str, str]:
+    """What each checkpoint stores beside its weights about the text it was trained on."""
+    return {"corpus_sha256": data.corpus_sha256,
+            "tokenizer_sha256": tokenizer_fingerprint(data.tokenizer)}
+
+
+def _recorded_text(run_dir: Path, record: dict[str, Any], ckpt: Checkpoint | None) -> str:
+    """config.json's corpus.sha256, well formed and (when the checkpoint stores one) the
+    checkpoint's own; one line naming the file and field otherwise."""
+    where = f"{Path(run_dir) / CONFIG_FILE}: field corpus.sha256"
+    corpus = record.get("corpus")
+    value = corpus.get("sha256") if isinstance(corpus, dict) else None
+    if value is None:
+        raise UserError(f"{where} is missing, so --resume cannot check the text the run was "
+                        f"trained on; nothing was changed. {_RESTORE}")
+    if not (isinstance(value, str) and _SHA256.fullmatch(value)):
+        raise UserError(f"{where} is {short(json.dumps(value), 40)}, not a sha256 (64 hex "
+                        f"digits), so --resume cannot check the text the run was trained on; "
+                        f"nothing was changed. {_RESTORE}")
+    saved = _saved(ckpt, "corpus_sha256")
+    if saved is not None and saved != value:
+        raise UserError(f"{where} is {value[:12]}..., but {ckpt.path / STATE_FILE} was trained "
+                        f"on the text {saved[:12]}...; nothing was changed. {_RESTORE}")
+    return value
+
+
+_RESTORE = "Restore it, or pass --overwrite to start over"
+
+
+def check_same_data(run_dir: Path, data: TokenData, ckpt: Checkpoint | None = None,
+                    note: bool = True) -> None:
     """A resume reads the corpus again and rebuilds its tokenizer from it: refuse when the
-    text is not the one the run recorded (an edited file gives other token ids, and the
-    run's tokenizer.json, which generate decodes with, would no longer match the weights).
+    text is not the one the run was trained on (an edited file gives other token ids, and
+    the run's tokenizer.json, which generate decodes with, would no longer match the
+    weights). The text's sha256 and the tokenizer's fingerprint travel in every checkpoint
+    beside its weights (`data_identity`); config.json's corpus.sha256 must be well formed
+    and agree, and RUN/tokenizer.json must map what the rebuilt tokenizer maps.
     `note` (the main rank): say so when the thread count differs from the one it trained
     on, which keeps the run going but not bit for bit."""
     record = read_config(run_dir)[1]
-    corpus = record.get("corpus") if isinstance(record.get("corpus"), dict) else {}
-    recorded = corpus.get("sha256")
-    if isinstance(recorded, str) and recorded != data.corpus_sha256:
+    recorded = _recorded_text(run_dir, record, ckpt)
+    spec = (record.get("corpus") or {}).get("spec")
+    if recorded != data.corpus_sha256:
         raise UserError(f"{run_dir}: --resume needs the corpus the run was trained on: "
-                        f"{corpus.get('spec')!r} now has sha256 {data.corpus_sha256[:12]}..., "
+                        f"{spec!r} now has sha256 {data.corpus_sha256[:12]}..., "
                         f"the run recorded {recorded[:12]}...; nothing was changed. Restore "
                         "that text, or pass --overwrite to start over")
+    _check_run_tokenizer(run_dir, data, ckpt)
     was, now = record.get("threads_used"), torch.get_num_threads()
     if note and isinstance(was, int) and was != now:  # CPU sums split another way round otherwise
         print(f"depthlab: note: {run_dir} trained on {was} thread(s) and resumes on {now}; "
               f"from here its numbers may differ in the last bits from an uninterrupted run "
               f"(--threads {was} keeps them bit for bit)", file=sys.stderr)
+
+
+def _saved(ckpt: Checkpoint | None, key: str) -> str | None:
+    """What the checkpoint's state.pt says about its text (None for a checkpoint written
+    before it said anything)."""
+    data = ckpt.state.get("data") if ckpt is not None else None
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _check_run_tokenizer(run_dir: Path, data: TokenData, ckpt: Checkpoint | None) -> None:
+    """RUN/tokenizer.json maps what the corpus's tokenizer maps, and what the checkpoint
+    was trained with."""
+    path = Path(run_dir) / TOKENIZER_FILE
+    if not path.is_file():
+        raise UserError(f"{path}: missing; the run's weights were trained with it, so "
+                        f"--resume refuses; nothing was changed. {_RESTORE}")
+    try:
+        own = tokenizer_fingerprint(load_tokenizer(path))
+    except UserError as e:
+        raise UserError(f"{e}; --resume refuses, nothing was changed") from None
+    if own != tokenizer_fingerprint(data.tokenizer):
+        raise UserError(f"{path}: does not map the tokens the corpus gives; nothing was "
+                        f"changed. {_RESTORE}")
+    saved = _saved(ckpt, "tokenizer_sha256")
+    if saved is not None and own != saved:
+        raise UserError(f"{path}: does not map the tokens {ckpt.path / STATE_FILE} was "
+                        f"trained with; nothing was changed. {_RESTORE}")
 
 
 def _open_log(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData,

@@ -23,15 +23,23 @@ from typing import TypeVar
 import torch
 
 from depthlab.config import Config
+from depthlab.corpus import CORPORA
 from depthlab.errors import UserError
-from depthlab.outdir import RUN, Claim, check_target, clear_run, survey
+from depthlab.outdir import (
+    RUN,
+    Claim,
+    check_not_inside,
+    check_target,
+    clear_run,
+    remove_leftovers,
+    survey,
+)
 from depthlab.rundir import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     config_changes,
     describe_changes,
     read_config,
-    remove_leftovers,
     run_contents,
 )
 from depthlab.train import runtime
@@ -92,6 +100,8 @@ def check_resume_config(run_dir: Path, cfg: Config) -> None:
 
 def decide(run_dir: Path, cfg: Config, resume: bool, overwrite: bool) -> Start:
     """Rank 0: a fresh start, a resume point, or a refusal (UserError)."""
+    if cfg.data.corpus not in CORPORA:  # a text inside the run would be read, then emptied
+        check_not_inside(run_dir, cfg.data.corpus, "--corpus")
     contents = run_contents(run_dir)
     if not contents:
         return Start(None)

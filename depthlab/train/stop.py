@@ -20,6 +20,7 @@ def checkpoint(run: Run, st: LoopState) -> None:
     if run.rt.is_main:
         save_checkpoint(run.run_dir, st.step, run.model, run.optimizer, tc.keep_ckpts,
                         data_position={"seed": tc.seed, "step": st.step},
+                        data=run.identity,  # the text and tokenizer, beside the weights
                         cpu_s_pending=st.cpu_s)  # the next train line's, should this resume
     st.saved_step = st.step
     run.rt.barrier()
