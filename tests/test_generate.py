@@ -42,6 +42,23 @@ def test_greedy_is_deterministic_and_sampling_follows_the_seed(run):
         assert generate(model, prompt, 12, temperature=t, top_k=3, seed=1) == a, t
 
 
+def test_no_cache_gives_the_same_tokens_without_building_a_cache(run, capsys, monkeypatch):
+    from depthlab import generate as gen
+
+    argv = ["generate", "--run", str(run), "--prompt", "宝玉", "--tokens", "8", "--greedy", "--json"]
+    assert main(argv) == 0
+    cached = json.loads(capsys.readouterr().out)["ids"]
+
+    def no_cache_here(*a, **k):
+        raise AssertionError("--no-cache built a cache")
+
+    monkeypatch.setattr(gen, "KVCache", no_cache_here)
+    assert main([*argv, "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["ids"] == cached
+    with pytest.raises(AssertionError, match="built a cache"):
+        main(argv)
+
+
 def test_generate_cli_json(run, capsys):
     assert main(["generate", "--run", str(run), "--prompt", "宝玉", "--tokens", "8",
                  "--greedy", "--json"]) == 0

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--top-k", type=int, default=None, help="sample among the k most likely")
     g.add_argument("--greedy", action="store_true", help="always take the most likely token")
     g.add_argument("--seed", type=int, default=None, help="seed for repeatable sampling")
+    g.add_argument("--no-cache", action="store_true",
+                   help="recompute the whole context for every new token instead of keeping keys, "
+                   "values and recurrent states: the same tokens, slower; shows what the cache saves")
     g.set_defaults(handler=run_generate)
 
     n = sub.add_parser(
@@ -96,7 +99,7 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UserError(f"--top-k must be > 0, got {args.top_k}")
     model, tok, ids = _load(args)
     new = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                   greedy=args.greedy, seed=args.seed, run=args.run)
+                   greedy=args.greedy, seed=args.seed, use_cache=not args.no_cache, run=args.run)
     text = tok.decode(new) if tok is not None else None
     if args.json:
         print_json({"prompt_ids": ids, "ids": new, "text": text,
