@@ -5,7 +5,7 @@
     RUN/tokenizer.json     the tokenizer (when the run has one)
     RUN/metrics.jsonl      one JSON object per line (see depthlab.metrics)
     RUN/checkpoints/       full training state, owned by the trainer
-    RUN/.lock              held (flock) by the one process writing the run
+    RUN/.lock              held (flock) by the one process writing the run; never a link
     RUN/.depthlab          {"kind": "run"}: depthlab wrote this directory (depthlab.outdir)
 
 Every file is written to a temporary name and renamed, so a crash leaves the

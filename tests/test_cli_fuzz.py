@@ -828,6 +828,47 @@ def test_the_real_entry_point_agrees(world, tmp_path, name):
     assert world.protected() == before
 
 
+# --- a full disk: a file-size limit (ulimit -f) through the real entry point ----------------
+# SIGXFSZ ignored (as Python itself does), so a write past the limit fails with EFBIG: the
+# tiny run's 117 KB weights and 250 KB state.pt do not fit under 100 KB, the small Llama's
+# weights not under 10 KB (its config.json does).
+
+FULL_DISK: dict[str, tuple[Build, int]] = {
+    "hf-export": (lambda tmp, w: ["hf", "export", str(w.run), "--out", str(tmp / "o")],
+                  100_000),
+    "hf-import": (lambda tmp, w: hf_import(str(w.hf), tmp), 10_000),
+    "train": (lambda tmp, w: train_argv(tmp, "--steps", "2", "--set", "train.ckpt_every=1"),
+              100_000),
+    "resume": (lambda tmp, w: resume_argv(run_copy(  # from step 2: step 4 is written again
+        tmp, w, lambda r: shutil.rmtree(r / "checkpoints" / "step_0000004"))), 100_000),
+}
+
+
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    def pre() -> None:
+        import resource
+        import signal
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FULL_DISK))
+def test_a_full_disk_is_one_line(world, tmp_path, name):
+    build, limit = FULL_DISK[name]
+    argv = build(tmp_path, world)
+    before = world.protected()
+    proc = subprocess.run([sys.executable, "-m", "depthlab", *argv], cwd=REPO, text=True,
+                          capture_output=True, timeout=300, preexec_fn=_file_size_limit(limit),
+                          env={**os.environ, "OMP_NUM_THREADS": "1",
+                               "DEPTHLAB_CACHE": str(world.root / "cache")})
+    check(proc.returncode, proc.stderr, 2, argv)
+    assert "cannot write (File too large)" in proc.stderr
+    assert world.protected() == before
+
+
 @pytest.mark.parametrize("corpus", ["/nonexistent/corpus.txt", "hlm", "/dev/zero"])
 def test_a_refused_corpus_leaves_no_experiment_behind(tmp_path, capsys, corpus):
     """The corpus is read before the experiment starts: no folder, no status.json saying
