@@ -33,6 +33,7 @@ LAYERS = {
     "depthlab.hooks": 1,
     "depthlab.model": 1,
     "depthlab.generate": 1,  # sampling from a model
+    "depthlab.finite": 1,  # one-line refusals of weights or logits that are not finite
     # 2. Storage: the run directory and the files in it. The metric log's format
     #    (depthlab.metrics) is here, below the trainer that writes it; the data path's
     #    "metrics" stage, reading logs into results, is the experiments layer.
