@@ -79,11 +79,11 @@ class RefGPT(nn.Module):
 def recipe_optimizer(model: nn.Module, cfg: Config) -> torch.optim.AdamW:
     """nanoGPT's configure_optimizers: weight decay on every parameter of 2 or more
     dimensions (matrices, embeddings), none on norm weights and biases."""
-    tc = cfg.train
+    train_cfg = cfg.train
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": tc.weight_decay},
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weight_decay},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2))
+    return torch.optim.AdamW(groups, lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2))
 
 
 def build(cfg: Config) -> RefGPT:
@@ -107,47 +107,47 @@ def train_reference(cfg: Config, run_dir: Path) -> None:
 
     data = prepare_data(cfg.data)
     cfg = resolve_config(cfg, data)
-    tc, cpu = cfg.train, torch.device("cpu")
-    rt = Runtime(rank=0, world=1, local_rank=0, device=cpu, owns_group=False)
+    train_cfg, cpu = cfg.train, torch.device("cpu")
+    proc = Runtime(rank=0, world=1, local_rank=0, device=cpu, owns_group=False)
     keep_freed_memory()  # malloc as depthlab's trainer sets it: the race compares steps
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         model = build(cfg)
         opt = recipe_optimizer(model, cfg)
-        tokens = tc.batch_size * tc.seq_len
-        write_config(run_dir, cfg, seed=tc.seed, kind="reference-loop",
+        tokens = train_cfg.batch_size * train_cfg.seq_len
+        write_config(run_dir, cfg, seed=train_cfg.seed, kind="reference-loop",
                      model="nanoGPT (depthlab.experiments.reference_gpt), not depthlab's model")
         with MetricsWriter(run_dir) as log:
-            log.log("run_start", step=0, steps=tc.steps, world_size=1, device="cpu",
+            log.log("run_start", step=0, steps=train_cfg.steps, world_size=1, device="cpu",
                     resumed_from=None)
-            log.log("eval", step=0, tokens=0, val_loss=evaluate(model, data, cfg, rt))
+            log.log("eval", step=0, tokens=0, val_loss=evaluate(model, data, cfg, proc))
             spent, busy, logged = 0.0, 0.0, 0
-            for step in range(tc.steps):
+            for step in range(train_cfg.steps):
                 c0, t0 = time.process_time(), time.perf_counter()
-                lr = lr_at(step, tc)
+                lr = lr_at(step, train_cfg)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                x, y = batches.train_batch(data.train, tc.seed, step, 0, tc.batch_size,
-                                           tc.seq_len, 0, 1, cpu)
+                x, y = batches.train_batch(data.train, train_cfg.seed, step, 0, train_cfg.batch_size,
+                                           train_cfg.seq_len, 0, 1, cpu)
                 loss = lm_loss(model(x), y)
                 loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 spent += time.process_time() - c0
                 busy += time.perf_counter() - t0
                 done = step + 1
-                if done % tc.log_every == 0 or done == tc.steps:
+                if done % train_cfg.log_every == 0 or done == train_cfg.steps:
                     log.log("train", step=done, tokens=done * tokens, loss=loss.item(), lr=lr,
                             grad_norm=grad_norm.item(),
                             tokens_per_s=(done - logged) * tokens / max(busy, 1e-9),
                             cpu_s=round(spent, 6))
                     spent, busy, logged = 0.0, 0.0, done
-                if done % tc.eval_every == 0 or done == tc.steps:
+                if done % train_cfg.eval_every == 0 or done == train_cfg.steps:
                     log.log("eval", step=done, tokens=done * tokens,
-                            val_loss=evaluate(model, data, cfg, rt))
-            log.log("run_end", step=tc.steps, status="completed", message="reference loop",
+                            val_loss=evaluate(model, data, cfg, proc))
+            log.log("run_end", step=train_cfg.steps, status="completed", message="reference loop",
                     diverged=False)
     finally:
         torch.set_num_threads(threads)

@@ -132,13 +132,13 @@ def init_probe_run(spec: RunSpec, run_dir: Path) -> None:
 
     data = prepare_data(spec.cfg.data)
     cfg = resolve_config(spec.cfg, data)
-    tc = cfg.train
-    torch.manual_seed(tc.seed)
+    train_cfg = cfg.train
+    torch.manual_seed(train_cfg.seed)
     model = Transformer(cfg.model)
-    x, y = batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, torch.device("cpu"))
+    x, y = batches.fixed_batch(data.val, train_cfg.batch_size, train_cfg.seq_len, torch.device("cpu"))
 
     def measure() -> None:
-        write_config(run_dir, cfg, seed=tc.seed, kind="init-probe")
+        write_config(run_dir, cfg, seed=train_cfg.seed, kind="init-probe")
         with MetricsWriter(run_dir) as log:
             log.log("run_start", step=0, steps=0, world_size=1, device="cpu", resumed_from=None)
             log.log("probe", step=0, **probe(model, x, y))

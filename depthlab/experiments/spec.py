@@ -166,9 +166,9 @@ def base_config(budget: Budget, corpus: str | None = None, threads: int = 0) -> 
 def with_steps(cfg: Config, steps: int) -> Config:
     """cfg trained for `steps`, with the schedule that depends on the length (warmup at
     most a tenth of the run, a checkpoint at least every quarter) following it."""
-    tc = cfg.train
+    train_cfg = cfg.train
     return replace(cfg, train=replace(
-        tc, steps=steps, ckpt_every=max(tc.eval_every, steps // 4),
+        train_cfg, steps=steps, ckpt_every=max(train_cfg.eval_every, steps // 4),
         warmup_steps=min(course().train.warmup_steps, steps // 10)))
 
 

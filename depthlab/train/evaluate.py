@@ -22,16 +22,16 @@ from depthlab.train.step import lm_loss
 
 
 @torch.no_grad()
-def evaluate(model: Transformer, data: TokenData, cfg: Config, rt: runtime.Runtime) -> float:
+def evaluate(model: Transformer, data: TokenData, cfg: Config, proc: runtime.Runtime) -> float:
     """Mean loss over the fixed validation windows (shared out across ranks)."""
     offsets, length = batches.eval_offsets(len(data.val), cfg.train.seq_len, cfg.train.eval_tokens)
-    mine = offsets[rt.rank::rt.world]
-    total = torch.zeros(2, dtype=torch.float64, device=rt.device)
+    mine = offsets[proc.rank::proc.world]
+    total = torch.zeros(2, dtype=torch.float64, device=proc.device)
     for i in range(0, len(mine), cfg.train.batch_size):
-        x, y = batches.windows(data.val, mine[i:i + cfg.train.batch_size], length, rt.device)
+        x, y = batches.windows(data.val, mine[i:i + cfg.train.batch_size], length, proc.device)
         total[0] += lm_loss(model(x), y).double() * len(x)
         total[1] += len(x)
-    rt.sum(total)
+    proc.sum(total)
     return (total[0] / total[1]).item()
 
 
@@ -51,7 +51,7 @@ def log_probe(run: Run, step: int) -> None:
 
 def log_eval(run: Run, st: LoopState) -> None:
     """Evaluate on every rank; rank 0 logs. The value is kept for the run's summary."""
-    st.val_loss = evaluate(run.model, run.data, run.cfg, run.rt)
+    st.val_loss = evaluate(run.model, run.data, run.cfg, run.proc)
     if run.writer is not None:
         run.writer.log("eval", step=st.step, tokens=st.step * run.tokens_per_step,
                        val_loss=st.val_loss)
@@ -63,8 +63,8 @@ def log_train(run: Run, st: LoopState, lr: float, bar: Progress | None,
     and the caller's on_step, with the values of the latest read."""
     if run.writer is None:
         return
-    tc, loss = run.cfg.train, run.reads.loss
-    if st.step % tc.log_every == 0 or st.step == tc.steps:
+    train_cfg, loss = run.cfg.train, run.reads.loss
+    if st.step % train_cfg.log_every == 0 or st.step == train_cfg.steps:
         run.writer.log("train", step=st.step, tokens=st.step * run.tokens_per_step, loss=loss,
                        lr=lr, grad_norm=run.reads.grad_norm, tokens_per_s=st.rate,
                        cpu_s=round(st.cpu_s, 6))

@@ -81,43 +81,43 @@ def train(
     raise depthlab.errors.UserError.
     """
     out_dir = settled(out_dir)  # `run/checkpoints/..` would vanish with checkpoints/
-    rt = runtime.start(cfg)
+    proc = runtime.start(cfg)
     lock = None
     try:
-        lock = claim(out_dir, rt)  # one process per run directory, held to the end
-        return _train(cfg, Path(out_dir), rt, resume, overwrite, progress, max_steps,
+        lock = claim(out_dir, proc)  # one process per run directory, held to the end
+        return _train(cfg, Path(out_dir), proc, resume, overwrite, progress, max_steps,
                       list(fwd_hooks), on_step, cache_root)
     except OSError as e:  # disk full, a folder made read-only: what --resume will find
         raise UserError(write_failed(e, newest_on_disk(Path(out_dir)))) from None
     finally:
         if lock is not None:
             lock.release()
-        rt.close()
+        proc.close()
 
 
-def _train(cfg: Config, run_dir: Path, rt: runtime.Runtime, resume: bool, overwrite: bool,
+def _train(cfg: Config, run_dir: Path, proc: runtime.Runtime, resume: bool, overwrite: bool,
            progress: bool, max_steps: int | None, fwd_hooks: list,
            on_step: Callable | None, cache_root: Path | None) -> RunSummary:
     started = time.time()
-    cfg, data = setup.prepare(cfg, rt, cache_root)
-    ckpt = agree_on_start(run_dir, cfg, rt, resume, overwrite)
+    cfg, data = setup.prepare(cfg, proc, cache_root)
+    ckpt = agree_on_start(run_dir, cfg, proc, resume, overwrite)
     if ckpt is not None:  # the text, before its vocabulary meets the weights' shapes
-        setup.check_same_data(run_dir, data, ckpt, note=rt.is_main)
-    model, optimizer = setup.build(cfg, rt, ckpt)
+        setup.check_same_data(run_dir, data, ckpt, note=proc.is_main)
+    model, optimizer = setup.build(cfg, proc, ckpt)
     if ckpt is not None and ckpt.step >= cfg.train.steps:
         return _finished(run_dir, cfg, time.time() - started)
-    run = setup.start(cfg, run_dir, rt, data, model, optimizer, ckpt, fwd_hooks)
-    if progress and rt.is_main:  # which parameters each optimizer steps
+    run = setup.start(cfg, run_dir, proc, data, model, optimizer, ckpt, fwd_hooks)
+    if progress and proc.is_main:  # which parameters each optimizer steps
         print(describe_groups(model, optimizer), file=sys.stderr)
-    for advice in (ngpt_advice(cfg), runtime.bfloat16_advice(cfg, rt.device)):
-        if advice and rt.is_main:
+    for advice in (ngpt_advice(cfg), runtime.bfloat16_advice(cfg, proc.device)):
+        if advice and proc.is_main:
             print(advice, file=sys.stderr)
     st = LoopState(step=run.start_step, saved_step=run.start_step if ckpt else None,
                    rate_from=run.start_step,
                    # the CPU seconds of steps the checkpoint holds but no train line has
                    # counted yet (a stop between two log steps)
                    cpu_s=float(ckpt.state.get("cpu_s_pending", 0.0)) if ckpt else 0.0)
-    if ckpt is not None and rt.is_main:  # a resume that stops before evaluating has one
+    if ckpt is not None and proc.is_main:  # a resume that stops before evaluating has one
         st.train_loss, st.val_loss = _last_losses(run_dir)
     loop_start = time.time()
     _run_steps(run, st, progress, max_steps, on_step)
@@ -137,17 +137,17 @@ def _run_steps(run: Run, st: LoopState, progress: bool, max_steps: int | None,
     """Step 0's evaluation and probe, then steps until the last, a stop or a divergence.
     A second Ctrl-C leaves the last checkpoint standing; any other error is logged as
     the run's end and raised."""
-    tc, bar = run.cfg.train, None
+    train_cfg, bar = run.cfg.train, None
     with run.model.hooks(fwd=run.fwd_hooks), runtime.StopSignals() as stop:
         try:
             run.model.train()
             if st.step == 0:
                 log_probe(run, 0)
                 log_eval(run, st)
-            if run.rt.is_main:
-                bar = Progress(tc.steps, desc=f"train {run.run_dir.name}", initial=st.step,
+            if run.proc.is_main:
+                bar = Progress(train_cfg.steps, desc=f"train {run.run_dir.name}", initial=st.step,
                                enabled=progress)
-            while st.step < tc.steps:
+            while st.step < train_cfg.steps:
                 if _one_step(run, st, stop, max_steps, bar, on_step):
                     break
         except KeyboardInterrupt:
@@ -171,7 +171,7 @@ def _run_steps(run: Run, st: LoopState, progress: bool, max_steps: int | None,
 def _one_step(run: Run, st: LoopState, stop: runtime.StopSignals, max_steps: int | None,
               bar: Progress | None, on_step: Callable | None) -> bool:
     """Train, log, evaluate, probe and save step st.step + 1; True when the loop ends."""
-    tc = run.cfg.train
+    train_cfg = run.cfg.train
     t0, cpu0 = time.perf_counter(), time.process_time()
     result = train_step(run, st.step)
     out_of_budget = max_steps is not None and st.step + 1 - run.start_step >= max_steps
@@ -189,18 +189,18 @@ def _one_step(run: Run, st: LoopState, stop: runtime.StopSignals, max_steps: int
         st.rate_from, st.busy_s = st.step, 0.0
         st.train_loss = run.reads.loss
     log_train(run, st, result.lr, bar, on_step)
-    if st.step % tc.eval_every == 0 or st.step == tc.steps:
+    if st.step % train_cfg.eval_every == 0 or st.step == train_cfg.steps:
         log_eval(run, st)
-    if probe_due(st.step, tc.probe_every, tc.steps):
+    if probe_due(st.step, train_cfg.probe_every, train_cfg.steps):
         log_probe(run, st.step)
     return end_of_step(run, st, stop, read_now, out_of_budget, result.loss, result.grad_norm)
 
 
 def _values_needed(step: int, run: Run) -> bool:
     """Steps whose loss is logged or that are saved, evaluated or probed."""
-    tc = run.cfg.train
-    return (step % tc.log_every == 0 or step % tc.ckpt_every == 0 or step == tc.steps
-            or step % tc.eval_every == 0 or probe_due(step, tc.probe_every, tc.steps))
+    train_cfg = run.cfg.train
+    return (step % train_cfg.log_every == 0 or step % train_cfg.ckpt_every == 0 or step == train_cfg.steps
+            or step % train_cfg.eval_every == 0 or probe_due(step, train_cfg.probe_every, train_cfg.steps))
 
 
 def _last_losses(run_dir: Path) -> tuple[float | None, float | None]:
@@ -211,8 +211,8 @@ def _last_losses(run_dir: Path) -> tuple[float | None, float | None]:
 
 def _finished(run_dir: Path, cfg: Config, elapsed: float) -> RunSummary:
     """The summary of a run that had already reached its last step; nothing is written."""
-    tc = cfg.train
-    return RunSummary(run_dir, "completed", tc.steps, tc.steps,
-                      tc.steps * tc.batch_size * tc.grad_accum * tc.seq_len,
+    train_cfg = cfg.train
+    return RunSummary(run_dir, "completed", train_cfg.steps, train_cfg.steps,
+                      train_cfg.steps * train_cfg.batch_size * train_cfg.grad_accum * train_cfg.seq_len,
                       *_last_losses(run_dir),
-                      elapsed, 0.0, f"already finished at step {tc.steps}; nothing changed", cfg)
+                      elapsed, 0.0, f"already finished at step {train_cfg.steps}; nothing changed", cfg)

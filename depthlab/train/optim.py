@@ -20,7 +20,7 @@ from depthlab.config import Config, TrainConfig
 from depthlab.model.shortcuts import NO_DECAY_PARTS
 
 
-def param_groups(model: nn.Module, tc: TrainConfig,
+def param_groups(model: nn.Module, train_cfg: TrainConfig,
                  skip: frozenset[int] = frozenset()) -> list[dict]:
     """Weight decay on matrices only: norms' scales, biases, the stream shortcuts' scalars
     and gates and (unless train.decay_embeddings) the embeddings, value embeddings
@@ -31,11 +31,11 @@ def param_groups(model: nn.Module, tc: TrainConfig,
             continue
         is_embedding = name.startswith(("embed_tokens", "pos_embed")) or ".value_embed.table" in name
         is_gate = any(part in name for part in NO_DECAY_PARTS)
-        if p.ndim < 2 or is_gate or (is_embedding and not tc.decay_embeddings):
+        if p.ndim < 2 or is_gate or (is_embedding and not train_cfg.decay_embeddings):
             no_decay.append(p)
         else:
             decay.append(p)
-    return [{"params": decay, "weight_decay": tc.weight_decay},
+    return [{"params": decay, "weight_decay": train_cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -207,42 +207,42 @@ def state_mismatch(optimizer: Optimizer, state: object) -> str | None:
     return None
 
 
-def make_optimizer(model: nn.Module, tc: TrainConfig) -> Optimizer:
+def make_optimizer(model: nn.Module, train_cfg: TrainConfig) -> Optimizer:
     """AdamW on everything, or (train.optimizer=muon) Muon on `muon_names` and AdamW on
     the rest. Muon takes no weight decay here (nanochat's and Keller Jordan's setting);
     its update is scaled by sqrt(max(1, rows / cols)) (torch's "original" rule), and its
     Newton-Schulz iterations run in float32 on CPU (`Muon`)."""
     skip: frozenset[int] = frozenset()
     muon = None
-    if tc.optimizer == "muon":
+    if train_cfg.optimizer == "muon":
         params = dict(model.named_parameters())
         matrices = [params[n] for n in muon_names(model)]
         skip = frozenset(id(p) for p in matrices)
-        muon = Muon(matrices, lr=tc.muon_lr, momentum=tc.muon_momentum, weight_decay=0.0)
-    groups = param_groups(model, tc, skip)
+        muon = Muon(matrices, lr=train_cfg.muon_lr, momentum=train_cfg.muon_momentum, weight_decay=0.0)
+    groups = param_groups(model, train_cfg, skip)
     kernel = adamw_kernel([p for g in groups for p in g["params"]])
-    adamw = torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), **kernel)
+    adamw = torch.optim.AdamW(groups, lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), **kernel)
     return adamw if muon is None else OptimizerPair(muon, adamw)
 
 
-def lr_at(step: int, tc: TrainConfig, peak: float | None = None) -> float:
+def lr_at(step: int, train_cfg: TrainConfig, peak: float | None = None) -> float:
     """Learning rate for optimizer step `step` (0-based): linear warmup over
     warmup_steps, then cosine decay to min_lr_ratio * peak at the last step; the peak
     is train.lr unless given (Muon's is train.muon_lr, on the same curve)."""
-    peak = tc.lr if peak is None else peak
-    if step < tc.warmup_steps:
-        return peak * (step + 1) / tc.warmup_steps
-    decay_steps = max(1, tc.steps - 1 - tc.warmup_steps)
-    progress = min(1.0, (step - tc.warmup_steps) / decay_steps)
-    floor = tc.min_lr_ratio * peak
+    peak = train_cfg.lr if peak is None else peak
+    if step < train_cfg.warmup_steps:
+        return peak * (step + 1) / train_cfg.warmup_steps
+    decay_steps = max(1, train_cfg.steps - 1 - train_cfg.warmup_steps)
+    progress = min(1.0, (step - train_cfg.warmup_steps) / decay_steps)
+    floor = train_cfg.min_lr_ratio * peak
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def set_lr(optimizer: Optimizer, step: int, tc: TrainConfig) -> float:
+def set_lr(optimizer: Optimizer, step: int, train_cfg: TrainConfig) -> float:
     """Put step `step`'s learning rates into every group; returns AdamW's (the logged lr)."""
-    lr = lr_at(step, tc)
+    lr = lr_at(step, train_cfg)
     if isinstance(optimizer, OptimizerPair):
-        muon_lr = lr_at(step, tc, tc.muon_lr)
+        muon_lr = lr_at(step, train_cfg, train_cfg.muon_lr)
         for group in optimizer.muon.param_groups:
             group["lr"] = muon_lr
         optimizer = optimizer.adamw

@@ -54,7 +54,7 @@ class Run:
 
     cfg: Config
     run_dir: Path
-    rt: runtime.Runtime
+    proc: runtime.Runtime
     data: TokenData
     model: Transformer
     optimizer: Optimizer
@@ -70,8 +70,8 @@ class Run:
 
     @property
     def tokens_per_step(self) -> int:
-        tc = self.cfg.train
-        return tc.batch_size * tc.grad_accum * tc.seq_len
+        train_cfg = self.cfg.train
+        return train_cfg.batch_size * train_cfg.grad_accum * train_cfg.seq_len
 
 
 @dataclass
@@ -126,18 +126,18 @@ def _check_sizes(cfg: Config, data: TokenData) -> None:
                     "or lower train.seq_len")
 
 
-def prepare(cfg: Config, rt: runtime.Runtime,
+def prepare(cfg: Config, proc: runtime.Runtime,
             cache_root: Path | None) -> tuple[Config, TokenData]:
     """The tokenised corpus (rank 0 encodes; the others then read its cache) and the
     resolved config, checked against the data and the device's memory."""
-    if rt.is_main:
+    if proc.is_main:
         data = _tokenised(cfg, cache_root)
-    rt.barrier()
-    if not rt.is_main:
+    proc.barrier()
+    if not proc.is_main:
         data = _tokenised(cfg, cache_root)
     cfg = resolve_config(cfg, data)
     _check_sizes(cfg, data)
-    check_fits(cfg, str(rt.device), world=rt.world)
+    check_fits(cfg, str(proc.device), world=proc.world)
     return cfg, data
 
 
@@ -154,12 +154,12 @@ def _tokenised(cfg: Config, cache_root: Path | None) -> TokenData:
                         "another folder (nothing was written to the run)") from None
 
 
-def build(cfg: Config, rt: runtime.Runtime,
+def build(cfg: Config, proc: runtime.Runtime,
           ckpt: Checkpoint | None) -> tuple[Transformer, Optimizer]:
     """The model at init from train.seed, with the checkpoint's weights when resuming
     (checked tensor by tensor against the config), and its optimizer."""
     torch.manual_seed(cfg.train.seed)
-    model = Transformer(cfg.model).to(rt.device)
+    model = Transformer(cfg.model).to(proc.device)
     optimizer = make_optimizer(model, cfg.train)
     if ckpt is not None:
         load_fitting(model, ckpt.weights, f"{ckpt.path} does not fit the config")
@@ -186,7 +186,7 @@ def restore(optimizer: Optimizer, ckpt: Checkpoint) -> None:
                         "pass --overwrite to start over")
 
 
-def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, model: Transformer,
+def start(cfg: Config, run_dir: Path, proc: runtime.Runtime, data: TokenData, model: Transformer,
           optimizer: Optimizer, ckpt: Checkpoint | None,
           fwd_hooks: list[tuple[str, HookFn]]) -> Run:
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
@@ -194,20 +194,20 @@ def start(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData, mode
     if ckpt is not None:  # check_same_data ran before the model was built
         restore(optimizer, ckpt)
         start_step = ckpt.step
-    writer = _open_log(cfg, run_dir, rt, data, ckpt, start_step) if rt.is_main else None
+    writer = _open_log(cfg, run_dir, proc, data, ckpt, start_step) if proc.is_main else None
     net: torch.nn.Module = model
-    if rt.world > 1:
+    if proc.world > 1:
         net = DistributedDataParallel(
-            model, device_ids=[rt.local_rank] if rt.device.type == "cuda" else None)
-    tc = cfg.train
+            model, device_ids=[proc.local_rank] if proc.device.type == "cuda" else None)
+    train_cfg = cfg.train
     return Run(
-        cfg=cfg, run_dir=run_dir, rt=rt, data=data, model=model, optimizer=optimizer, net=net,
-        fwd=runtime.compile_or_eager(net) if tc.compile else net,
-        autocast=(torch.autocast(rt.device.type, dtype=torch.bfloat16)
-                  if tc.dtype == "bfloat16" else contextlib.nullcontext()),
+        cfg=cfg, run_dir=run_dir, proc=proc, data=data, model=model, optimizer=optimizer, net=net,
+        fwd=runtime.compile_or_eager(net) if train_cfg.compile else net,
+        autocast=(torch.autocast(proc.device.type, dtype=torch.bfloat16)
+                  if train_cfg.dtype == "bfloat16" else contextlib.nullcontext()),
         writer=writer, start_step=start_step,
-        probe_batch=batches.fixed_batch(data.val, tc.batch_size, tc.seq_len, rt.device),
-        reads=step_reads.StepReads(rt.device), fwd_hooks=fwd_hooks,
+        probe_batch=batches.fixed_batch(data.val, train_cfg.batch_size, train_cfg.seq_len, proc.device),
+        reads=step_reads.StepReads(proc.device), fwd_hooks=fwd_hooks,
         identity=data_identity(data))
 
 
@@ -307,24 +307,24 @@ def _check_run_tokenizer(run_dir: Path, data: TokenData, ckpt: Checkpoint | None
                         f"trained with; nothing was changed. {_RESTORE}")
 
 
-def _open_log(cfg: Config, run_dir: Path, rt: runtime.Runtime, data: TokenData,
+def _open_log(cfg: Config, run_dir: Path, proc: runtime.Runtime, data: TokenData,
               ckpt: Checkpoint | None, start_step: int) -> MetricsWriter:
     """A fresh run writes config.json and tokenizer.json and starts a fresh log; a resumed
     one cuts its log back to the checkpoint's step. Either way, a run_start line."""
-    tc = cfg.train
+    train_cfg = cfg.train
     write_marker(run_dir, RUN)  # the first write: depthlab owns this directory from here on
     if ckpt is None:
-        write_config(run_dir, cfg, seed=tc.seed,
+        write_config(run_dir, cfg, seed=train_cfg.seed,
                      tokenizer={"kind": data.tokenizer.kind, "file": TOKENIZER_FILE,
                                 "vocab_size": data.vocab_size},
                      corpus={"spec": cfg.data.corpus, "sha256": data.corpus_sha256,
                              "train_tokens": len(data.train), "val_tokens": len(data.val)},
-                     world_size=rt.world, threads_used=torch.get_num_threads())
+                     world_size=proc.world, threads_used=torch.get_num_threads())
         data.tokenizer.save(run_dir / TOKENIZER_FILE)
         (run_dir / METRICS_FILE).unlink(missing_ok=True)
     else:
         truncate_after(run_dir, start_step)
     writer = MetricsWriter(run_dir)
-    writer.log("run_start", step=start_step, steps=tc.steps, world_size=rt.world,
-               device=str(rt.device), resumed_from=start_step if ckpt else None)
+    writer.log("run_start", step=start_step, steps=train_cfg.steps, world_size=proc.world,
+               device=str(proc.device), resumed_from=start_step if ckpt else None)
     return writer

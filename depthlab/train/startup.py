@@ -48,28 +48,28 @@ from depthlab.train.checkpoint import CHECKPOINTS_DIR, Checkpoint, load_checkpoi
 T = TypeVar("T")
 
 
-def on_rank0(rt: runtime.Runtime, fn: Callable[[], T]) -> T | None:
+def on_rank0(proc: runtime.Runtime, fn: Callable[[], T]) -> T | None:
     """Run fn on rank 0 only; if it raises a UserError every rank raises one, so no
     rank is left waiting at a barrier for a peer that has quit."""
     result, error = None, None
-    if rt.is_main:
+    if proc.is_main:
         try:
             result = fn()
         except UserError as e:
             error = e
-    failed = rt.sum(torch.tensor(float(error is not None), device=rt.device)).item() > 0
+    failed = proc.sum(torch.tensor(float(error is not None), device=proc.device)).item() > 0
     if failed:
         raise error or UserError("rank 0 refused the run; see its message")
     return result
 
 
-def share_int(rt: runtime.Runtime, value: int | None) -> int:
+def share_int(proc: runtime.Runtime, value: int | None) -> int:
     """Rank 0's integer, on every rank."""
-    t = torch.tensor(float(value if rt.is_main else 0), dtype=torch.float64, device=rt.device)
-    return int(rt.sum(t).item())
+    t = torch.tensor(float(value if proc.is_main else 0), dtype=torch.float64, device=proc.device)
+    return int(proc.sum(t).item())
 
 
-def claim(run_dir: Path, rt: runtime.Runtime) -> Claim | None:
+def claim(run_dir: Path, proc: runtime.Runtime) -> Claim | None:
     """Lock the run directory (rank 0) and, in a run depthlab wrote, remove what a killed
     write left behind (elsewhere such names may be the user's: they stay)."""
     def take() -> Claim:
@@ -81,7 +81,7 @@ def claim(run_dir: Path, rt: runtime.Runtime) -> Claim | None:
                       f"interrupted write in {run_dir}", file=sys.stderr)
         return lock
 
-    return on_rank0(rt, take)
+    return on_rank0(proc, take)
 
 
 @dataclass(frozen=True)
@@ -131,15 +131,15 @@ def decide(run_dir: Path, cfg: Config, resume: bool, overwrite: bool) -> Start:
     return Start(None)
 
 
-def agree_on_start(run_dir: Path, cfg: Config, rt: runtime.Runtime, resume: bool,
+def agree_on_start(run_dir: Path, cfg: Config, proc: runtime.Runtime, resume: bool,
                    overwrite: bool) -> Checkpoint | None:
     """Decide on rank 0; the other ranks load the same checkpoint."""
-    start = on_rank0(rt, lambda: decide(run_dir, cfg, resume, overwrite))
-    if rt.is_main:
+    start = on_rank0(proc, lambda: decide(run_dir, cfg, resume, overwrite))
+    if proc.is_main:
         for note in start.notes:
             print(f"depthlab: skipping unreadable checkpoint ({note})", file=sys.stderr)
-    step = share_int(rt, start.ckpt.step if start is not None and start.ckpt else -1)
-    if rt.is_main:
+    step = share_int(proc, start.ckpt.step if start is not None and start.ckpt else -1)
+    if proc.is_main:
         return start.ckpt
     if step < 0:
         return None

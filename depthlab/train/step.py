@@ -34,23 +34,23 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def train_step(run: Run, step: int) -> StepResult:
     """Set the learning rate of `step`, accumulate gradients over train.grad_accum
     micro-batches (DDP syncs only on the last) and clip them; no update yet."""
-    tc, rt = run.cfg.train, run.rt
-    lr = set_lr(run.optimizer, step, tc)
-    loss_sum = torch.zeros((), device=rt.device)
-    for micro in range(tc.grad_accum):
-        x, y = (runtime.to_device(t, rt.device) for t in batches.train_batch(
-            run.data.train, tc.seed, step, micro, tc.batch_size, tc.seq_len, rt.rank,
-            rt.world, torch.device("cpu")))
-        last = micro == tc.grad_accum - 1
-        sync = run.net.no_sync() if rt.world > 1 and not last else contextlib.nullcontext()
+    train_cfg, proc = run.cfg.train, run.proc
+    lr = set_lr(run.optimizer, step, train_cfg)
+    loss_sum = torch.zeros((), device=proc.device)
+    for micro in range(train_cfg.grad_accum):
+        x, y = (runtime.to_device(t, proc.device) for t in batches.train_batch(
+            run.data.train, train_cfg.seed, step, micro, train_cfg.batch_size, train_cfg.seq_len, proc.rank,
+            proc.world, torch.device("cpu")))
+        last = micro == train_cfg.grad_accum - 1
+        sync = run.net.no_sync() if proc.world > 1 and not last else contextlib.nullcontext()
         with sync:
             with run.autocast:
-                loss = lm_loss(run.fwd(x), y) / tc.grad_accum
+                loss = lm_loss(run.fwd(x), y) / train_cfg.grad_accum
             loss.backward()
         loss_sum += loss.detach()
-    loss_t = rt.sum(loss_sum) / rt.world
+    loss_t = proc.sum(loss_sum) / proc.world
     grad_norm_t = torch.nn.utils.clip_grad_norm_(
-        run.model.parameters(), tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        run.model.parameters(), train_cfg.grad_clip if train_cfg.grad_clip > 0 else math.inf)
     return StepResult(lr, loss_t, grad_norm_t)
 
 

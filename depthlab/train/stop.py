@@ -16,14 +16,14 @@ from depthlab.train.setup import LoopState, Run
 
 def checkpoint(run: Run, st: LoopState) -> None:
     """Save the state after st.step (rank 0 writes; every rank waits for it)."""
-    tc = run.cfg.train
-    if run.rt.is_main:
-        save_checkpoint(run.run_dir, st.step, run.model, run.optimizer, tc.keep_ckpts,
-                        data_position={"seed": tc.seed, "step": st.step},
+    train_cfg = run.cfg.train
+    if run.proc.is_main:
+        save_checkpoint(run.run_dir, st.step, run.model, run.optimizer, train_cfg.keep_ckpts,
+                        data_position={"seed": train_cfg.seed, "step": st.step},
                         data=run.identity,  # the text and tokenizer, beside the weights
                         cpu_s_pending=st.cpu_s)  # the next train line's, should this resume
     st.saved_step = st.step
-    run.rt.barrier()
+    run.proc.barrier()
 
 
 def newest_step_on_disk(run_dir: Path) -> int | None:
@@ -61,26 +61,26 @@ def fail(run: Run, st: LoopState, what: str, bad_step: int) -> None:
 
 def stop_requested(run: Run, stop: StopSignals) -> bool:
     """Whether any rank was asked to stop (one collective; no device sync on one rank)."""
-    if run.rt.world == 1:
+    if run.proc.world == 1:
         return stop.requested
-    return run.rt.sum(torch.tensor(float(stop.requested), device=run.rt.device)).item() > 0
+    return run.proc.sum(torch.tensor(float(stop.requested), device=run.proc.device)).item() > 0
 
 
 def end_of_step(run: Run, st: LoopState, stop: StopSignals, read_now: bool,
                 out_of_budget: bool, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
     """After step st.step's logs: stop (interrupted, with a checkpoint) when asked or out
     of budget, else save when due. True when the loop must end here."""
-    tc = run.cfg.train
+    train_cfg = run.cfg.train
     stop_now = stop_requested(run, stop)
     if stop_now and not read_now:  # never save steps whose values were not read
         diverged = run.reads.read(st.step, loss, grad_norm)
         if diverged:
             fail(run, st, *diverged)
             return True
-    if (stop_now or out_of_budget) and st.step < tc.steps:
+    if (stop_now or out_of_budget) and st.step < train_cfg.steps:
         st.status, st.message = "interrupted", f"stopped at step {st.step}; --resume continues"
         checkpoint(run, st)
         return True
-    if st.step % tc.ckpt_every == 0 or st.step == tc.steps:
+    if st.step % train_cfg.ckpt_every == 0 or st.step == train_cfg.steps:
         checkpoint(run, st)
     return False
