@@ -159,6 +159,17 @@ NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (
 
 # The other registries, keys only (their facts live with their code).
 PLACEMENTS = ("pre", "post", "sandwich", "output")
+# Which of a sublayer's three optional norm slots each placement fills (depthlab.model's
+# Block builds them; the parameter count reads how many):
+#   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
+#   out  -> Norm on the sublayer's output     x + Norm(F(x))        (OLMo 2; with in: sandwich)
+#   post -> Norm after the add                Norm(x + F(x))        (Post-LN, Vaswani 2017)
+NORM_SLOTS = {
+    "pre": ("in",),
+    "post": ("post",),
+    "sandwich": ("in", "out"),
+    "output": ("out",),
+}
 FFNS = ("relu", "gelu", "swiglu")
 
 

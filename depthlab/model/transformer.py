@@ -23,6 +23,7 @@ from depthlab.model.attention import (
     ValueResidual,
     rope_cos_sin,
 )
+from depthlab.model.deltanet import GatedDeltaNet
 from depthlab.model.ffn import make_ffn
 from depthlab.model.ngpt import NGPT_PARAMETERS, LogitScale, renormalise
 from depthlab.model.norms import NORM_CLASSES, make_norm
@@ -36,17 +37,7 @@ from depthlab.model.shortcuts import (
     unet_skip,
     x0_mix,
 )
-
-# Which of a sublayer's three optional norm slots each placement fills:
-#   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
-#   out  -> Norm on the sublayer's output     x + Norm(F(x))        (OLMo 2; with in: sandwich)
-#   post -> Norm after the add                Norm(x + F(x))        (Post-LN, Vaswani 2017)
-NORM_SLOTS = {
-    "pre": ("in",),
-    "post": ("post",),
-    "sandwich": ("in", "out"),
-    "output": ("out",),
-}
+from depthlab.variants import NORM_SLOTS  # which norm slots each placement fills
 
 
 class Block(nn.Module):
@@ -67,7 +58,10 @@ class Block(nn.Module):
 
         self.attn_norm_in, self.attn_norm_out, self.attn_norm_post = (
             slot("in"), slot("out"), slot("post"))
-        self.attn = Attention(cfg, layer)
+        # The token mixer: softmax attention, or a Gated DeltaNet layer (model.mixer and
+        # model.layer_pattern); both read and write the stream through the same slots.
+        self.mixer = cfg.layer_kinds[layer]
+        self.attn = Attention(cfg, layer) if self.mixer == "attention" else GatedDeltaNet(cfg, layer)
         self.mlp_norm_in, self.mlp_norm_out, self.mlp_norm_post = (
             slot("in"), slot("out"), slot("post"))
         self.mlp = make_ffn(cfg)
@@ -173,7 +167,7 @@ class Transformer(HookedModule):
             # Built outside inference mode even when called from it: the table is kept,
             # and an inference tensor could not be saved for a later training backward.
             with torch.inference_mode(False):
-                table = rope_cos_sin(n, self.cfg.head_size, self.cfg.rope_theta, like.dtype,
+                table = rope_cos_sin(n, self.cfg.rotary_dim, self.cfg.rope_theta, like.dtype,
                                      like.device)
             if not torch.compiler.is_compiling():
                 self._rope_tables[key] = table
@@ -254,7 +248,8 @@ class Transformer(HookedModule):
         return self.unembed(x[:, -logits_to_keep:] if logits_to_keep else x)
 
 
-OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the residual stream
+# the linears that write into the residual stream (out_proj: a Gated DeltaNet layer's)
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "down_proj")
 
 
 def init_weights(model: Transformer, gain: float | None = None) -> None:
@@ -265,13 +260,14 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
     init_std * gain / sqrt(2L): GPT-2, Radford et al. 2019), each times the residual's
     `init_scale` for it (deepnorm's beta). Biases start at 0; norms and residuals with
     parameters start at their own identity values, value-residual lambdas and the stream
-    shortcuts' scalars, gates and tables at theirs (depthlab.model.shortcuts).
+    shortcuts' scalars, gates and tables at theirs (depthlab.model.shortcuts), a Gated
+    DeltaNet's conv, decay and gated norm at its own (GatedDeltaNet.reset_parameters).
     """
     cfg = model.cfg if gain is None else replace(model.cfg, init_gain=gain)
     std, out_std = cfg.init_std * cfg.init_gain, cfg.out_proj_std
     residual = model.blocks[0].attn_residual
     resettable = (*NORM_CLASSES.values(), *RESIDUAL_PARAMETERS, *NGPT_PARAMETERS, ValueResidual,
-                  *SHORTCUT_PARAMETERS)
+                  *SHORTCUT_PARAMETERS, GatedDeltaNet)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             base = residual.init_base(module, out_std if name.endswith(OUTPUT_PROJECTIONS) else std)
