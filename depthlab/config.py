@@ -19,7 +19,13 @@ from typing import Any
 
 from depthlab import variants
 from depthlab.errors import ConfigError, read_json_object
-from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, SHORTCUT_SPECS, keys_where
+from depthlab.variants import (
+    MIXER_SPECS,
+    NORM_SPECS,
+    RESIDUAL_SPECS,
+    SHORTCUT_SPECS,
+    keys_where,
+)
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 # The residuals and norms are views of their specs (depthlab.variants), so call sites keep
@@ -36,11 +42,14 @@ MAX_STREAMS = 16
 FFNS = variants.FFNS
 OPTIMIZERS = ("adamw", "muon")
 # The token mixer of a block: softmax attention, or Gated DeltaNet linear attention
-# (depthlab.model.deltanet). `model.layer_pattern` mixes the two over the layers.
-MIXERS = ("attention", "gated_deltanet")
-# model.layer_pattern's letters: one per layer, repeated over the stack (see `layer_kinds`).
-PATTERN_LETTERS = {"A": "attention", "L": "gated_deltanet"}
+# (depthlab.model.deltanet), each a spec of depthlab.variants. `model.layer_pattern` mixes
+# the two over the layers, one letter per layer, repeated over the stack (`layer_kinds`).
+MIXERS = tuple(MIXER_SPECS)
+PATTERN_LETTERS = {s.letter: s.key for s in MIXER_SPECS.values()}
 MAX_CONV_KERNEL = 64
+# Tokens per chunk of the Gated DeltaNet's chunked form (depthlab.model.deltanet): the DeltaNet
+# papers' kernels' and transformers' fallback's.
+DELTANET_CHUNK = 64
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024

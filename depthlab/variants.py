@@ -173,6 +173,29 @@ NORM_SLOTS = {
 FFNS = ("relu", "gelu", "swiglu")
 
 
+@dataclass(frozen=True)
+class MixerSpec:
+    """One token mixer (model.mixer; a letter of model.layer_pattern)."""
+
+    key: str  # the ModelConfig value
+    letter: str  # its letter in model.layer_pattern
+    formula: str  # what it computes per token, as the README and `model describe` say it
+    state: str  # what it keeps of the earlier tokens while decoding
+    source: str
+    decode_step: bool  # the fused one-token step computes it (else: the readable forward)
+
+
+MIXER_SPECS: dict[str, MixerSpec] = {s.key: s for s in (
+    MixerSpec("attention", "A", "o_t = Σ_{s≤t} softmax_s(q_t·k_s/√E) v_s",
+              "every earlier key and value (KV cache, grows with the context)",
+              "Vaswani et al. 2017", decode_step=True),
+    MixerSpec("gated_deltanet", "L",
+              "S_t = S_{t-1}·e^{g_t} − β_t k_t (k_tᵀ S_{t-1} e^{g_t} − v_tᵀ); o_t = S_tᵀ q_t",
+              "a Dk x Dv state per value head and the last K-1 conv inputs (fixed size)",
+              "Yang, Kautz, Hatamizadeh 2025 (Gated DeltaNet); Qwen3.5", decode_step=False),
+)}
+
+
 def residual_spec(key: str) -> ResidualSpec:
     return RESIDUAL_SPECS[key]
 

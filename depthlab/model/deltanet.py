@@ -41,10 +41,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from depthlab.config import DELTANET_CHUNK as CHUNK  # 64: the papers' kernels', transformers'
 from depthlab.config import ModelConfig
 from depthlab.hooks import HookPoint
 
-CHUNK = 64  # the chunk length of the DeltaNet papers' kernels and of transformers' fallback
 L2_EPS = 1e-6  # q, k / sqrt(sum(x^2) + eps): FLA's l2norm, which transformers follows
 
 
