@@ -101,11 +101,16 @@ def chunked_gated_delta_rule(
     q, k, v = (x.reshape(B, H, N, chunk, x.shape[-1]) for x in (q, k, v))
     g, beta = g.reshape(B, H, N, chunk), beta.reshape(B, H, N, chunk)
 
-    G = g.cumsum(-1)  # [B, H, N, C]: log decay from the chunk's start to each token
+    # G [B, H, N, C]: log decay from the chunk's start to each token. In float64: with fast
+    # heads (g ~ -20 a token) G reaches -1,000 within a chunk, and G_i - G_j in float32
+    # would lose ~1e-4 of each decay W_ij to the cancellation (MPS has no float64: there
+    # the cancellation stays).
+    G64 = g.to(torch.float32 if g.device.type == "mps" else torch.float64).cumsum(-1)
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril()
     # W_ij = exp(G_i - G_j) on and below the diagonal, 0 above (masked before exp: G_i - G_j
     # > 0 there and could overflow)
-    W = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    W = (G64[..., :, None] - G64[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    W, G = W.to(k.dtype), G64.to(k.dtype)
     k_beta = k * beta[..., None]
     system = (k_beta @ k.transpose(-1, -2)) * W  # A, with beta_i k_i.k_i on the diagonal
     # (I + strictly lower part of A)^-1 applied to both right-hand sides at once
@@ -114,7 +119,7 @@ def chunked_gated_delta_rule(
     u_fresh, k_reads = solved.split([Dv, Dk], dim=-1)  # U = u_fresh - k_reads @ S0
     scores = (q @ k.transpose(-1, -2)) * W  # [B, H, N, C, C]
     q_decayed = q * G.exp()[..., None]  # reads S0 through exp(G_i)
-    k_to_end = k * (G[..., -1:] - G).exp()[..., None]  # k_j decayed to the chunk's end
+    k_to_end = k * (G64[..., -1:] - G64).exp().to(k.dtype)[..., None]  # k_j decayed to the end
     chunk_decay = G[..., -1].exp()[..., None, None]  # [B, H, N, 1, 1]
 
     S = q.new_zeros(B, H, Dk, Dv) if state is None else state
