@@ -183,7 +183,10 @@ def model_config_from_hf(raw: dict[str, Any], purpose: str = IMPORT) -> tuple[Mo
             value = f.null(values)
         elif value is None:
             raise UserError(f"config.json field {f.hf} is missing (a {fam.name} config needs it)")
-        value = _value(f, value)
+        given, value = value, _value(f, value)
+        if f.hf == PARTIAL_ROPE_FIELD and not 0 < value <= 1:
+            raise refuse(f.hf, given, "expected a number in (0, 1], the share of each head "
+                         "RoPE rotates")
         if f.ours in read_from and read_from[f.ours][1] != value:  # two fields, one switch
             first = read_from[f.ours][0]
             on = first if read_from[f.ours][1] else f.hf

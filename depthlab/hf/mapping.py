@@ -282,9 +282,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
          Switch("qkv_bias", False, "Qwen3.5 has no q/k/v-only biases"),
          Switch("bias", False, "Qwen3.5 has no biases")),
         (*(r for r in _DENSE_REFUSALS if r.hf not in ("partial_rotary_factor", "layer_types")),
-         Refusal("attention_bias", lambda v: not v,
-                 "Qwen3.5's o_proj bias has no depthlab equivalent without MLP biases",
-                 parameters=True),
+         Refusal("attention_bias", lambda v: v is False,
+                 "expected false (Qwen3.5's o_proj bias has no depthlab equivalent without "
+                 "MLP biases)", parameters=True),
          Refusal("attn_output_gate", lambda v: v is not False,
                  "Transformers' Qwen3.5 always gates the attention output")),
         selects={"mixer": "gated_deltanet"},
