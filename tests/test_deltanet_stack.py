@@ -21,6 +21,7 @@ from depthlab.config import (
     ModelConfig,
     validate_model,
 )
+from depthlab.errors import UserError
 from depthlab.memory import estimate
 from depthlab.model import Transformer
 from depthlab.model.deltanet import GatedDeltaNet
@@ -218,3 +219,22 @@ def test_decode_support_is_declared_from_the_mixer_specs():
     model = Transformer(HYBRID)
     reason = unsupported(model, KVCache(HYBRID, 1, 8, torch.float32, "cpu"))
     assert reason is not None and "model.mixer=gated_deltanet" in reason
+
+
+def test_a_deltanet_layer_asked_for_an_attention_map_says_it_has_none():
+    model = Transformer(HYBRID)  # pattern LA: block 0 is a DeltaNet
+    with pytest.raises(UserError) as e:
+        model.run_with_cache(torch.randint(0, 40, (1, 5)), names=["blocks.0.attn.hook_pattern"])
+    message = str(e.value)
+    assert "\n" not in message and "blocks.0.attn is a GatedDeltaNet" in message
+    assert "has no attention map" in message and "hook_decay" in message
+    _, cache = model.run_with_cache(torch.randint(0, 40, (1, 5)),
+                                    names=["blocks.1.attn.hook_pattern"])  # attention: has one
+    assert cache["blocks.1.attn.hook_pattern"].shape == (1, 4, 5, 5)
+
+
+def test_the_real_model_probes_refuse_a_deltanet_layer_by_name():
+    from depthlab.probes.realmodel import realmodel_probes
+
+    with pytest.raises(UserError, match="blocks.0.attn is a GatedDeltaNet"):
+        realmodel_probes(Transformer(HYBRID).eval(), [1, 2, 3, 4])

@@ -167,6 +167,10 @@ class DeltaState:
 class GatedDeltaNet(nn.Module):
     """x [B, T, D] -> [B, T, D]; the parameter names are transformers' (Qwen3_5GatedDeltaNet)."""
 
+    # What a caller asking this layer for attention's hook points is told (depthlab.hooks)
+    MISSING_HOOK_WHY = {"hook_pattern": "a Gated DeltaNet layer (model.layer_pattern letter L), "
+                        "which mixes tokens through its state and has no attention map"}
+
     def __init__(self, cfg: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         d = cfg.d_model
