@@ -89,7 +89,7 @@ class NormSpec:
     formula: str
     init: str
     params: Callable[[int], int] = lambda d: 0  # learned parameters of one norm of width d
-    hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen) uses it
+    hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen, Qwen3.5) uses it
 
     def public(self) -> dict[str, Any]:
         return {"key": self.key, "label": self.label, "formula": self.formula,
@@ -152,7 +152,7 @@ NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (
     NormSpec("rmsnorm", "RMSNorm", "x / sqrt(mean(x²) + eps) · w", "w = 1",
              params=lambda d: d, hf_export=True),
     NormSpec("rmsnorm_zero_centered", "RMSNorm (1+w)", "x / sqrt(mean(x²) + eps) · (1 + w)",
-             "w = 0", params=lambda d: d),
+             "w = 0", params=lambda d: d, hf_export=True),  # Qwen3.5's
     NormSpec("dyt", "DyT", "w · tanh(α·x) + b", "α = 0.5, w = 1, b = 0",
              params=lambda d: 2 * d + 1),
 )}
