@@ -14,9 +14,12 @@ from train_helpers import config
 from depthlab.config import (
     DELTANET_REFUSES,
     FFNS,
+    NORM_SCALES,
     NORMS,
     PLACEMENTS,
+    POSITIONS,
     RESIDUALS,
+    WIDE_RESIDUALS,
     ConfigError,
     ModelConfig,
     validate_model,
@@ -62,13 +65,17 @@ def test_each_bad_mixer_field_is_refused_in_one_line_naming_it(changes, field):
 
 
 def variants_of(base: ModelConfig) -> list[tuple[str, ModelConfig]]:
-    """Every value of every residual, norm, placement and FFN switch, every boolean switch
-    flipped and every stream shortcut on, one at a time: read from the config's choices
-    and the spec tables."""
+    """Every value of every residual, norm, placement, FFN, position and norm-scale switch,
+    the widened residuals at 3 streams, every boolean switch flipped and every stream
+    shortcut on, one at a time: read from the config's choices and the spec tables."""
     out = [(f"residual={r}", replace(base, residual=r)) for r in RESIDUALS]
     out += [(f"norm={n}", replace(base, norm=n)) for n in NORMS]
     out += [(f"placement={p}", replace(base, placement=p)) for p in PLACEMENTS]
     out += [(f"ffn={f}", replace(base, ffn=f)) for f in FFNS]
+    out += [(f"position={p}", replace(base, position=p, rope_fraction=1.0)) for p in POSITIONS]
+    out += [(f"norm_scale={n}", replace(base, norm_scale=n)) for n in NORM_SCALES]
+    out += [(f"residual={r},streams=3", replace(base, residual=r, streams=3))
+            for r in WIDE_RESIDUALS]
     for f in fields(ModelConfig):
         if f.type in ("bool", bool):
             out.append((f"{f.name}={not getattr(base, f.name)}",
