@@ -19,7 +19,13 @@ from typing import Any
 
 from depthlab import variants
 from depthlab.errors import ConfigError, read_json_object
-from depthlab.variants import NORM_SPECS, RESIDUAL_SPECS, SHORTCUT_SPECS, keys_where
+from depthlab.variants import (
+    MIXER_SPECS,
+    NORM_SPECS,
+    RESIDUAL_SPECS,
+    SHORTCUT_SPECS,
+    keys_where,
+)
 
 # Registry keys: the same strings on the CLI, in config.json, the metric log and the page.
 # The residuals and norms are views of their specs (depthlab.variants), so call sites keep
@@ -34,6 +40,15 @@ NORM_SCALES = ("none", "depth")  # depth: pre-norm outputs of block l times 1/sq
 MAX_STREAMS = 16
 FFNS = variants.FFNS
 OPTIMIZERS = ("adamw", "muon")
+# The token mixer of a block: softmax attention, or Gated DeltaNet linear attention
+# (depthlab.model.deltanet), each a spec of depthlab.variants. `model.layer_pattern` mixes
+# the two over the layers, one letter per layer, repeated over the stack (`layer_kinds`).
+MIXERS = tuple(MIXER_SPECS)
+PATTERN_LETTERS = {s.letter: s.key for s in MIXER_SPECS.values()}
+MAX_CONV_KERNEL = 64
+# Tokens per chunk of the Gated DeltaNet's chunked form (depthlab.model.deltanet): the DeltaNet
+# papers' kernels' and transformers' fallback's.
+DELTANET_CHUNK = 64
 POSITIONS = ("rope", "learned")
 
 MAX_LAYERS = 1024
@@ -123,6 +138,17 @@ class ModelConfig:
     smear: bool = False  # the previous token's embedding mixed into each token's, gated
     unet_skips: bool = False  # block j's output added to block L-1-j's input, learned weight
     logit_softcap: float | None = None  # logits <- cap * tanh(logits / cap); None: no cap
+    # The token mixer (depthlab.model.deltanet). mixer=gated_deltanet makes every layer a
+    # Gated DeltaNet, or, with layer_pattern, the layers its letters say: "A" attention,
+    # "L" linear (DeltaNet), the pattern repeated over the stack ("LLLA": Qwen3.5's 3:1).
+    mixer: str = "attention"
+    layer_pattern: str | None = None
+    linear_key_heads: int | None = None  # None: n_heads
+    linear_value_heads: int | None = None  # None: linear_key_heads (a multiple of it)
+    linear_key_dim: int | None = None  # None: the attention head size
+    linear_value_dim: int | None = None  # None: linear_key_dim
+    linear_conv_kernel: int = 4  # taps of the causal depthwise conv over q, k, v
+    rope_fraction: float = 1.0  # the share of each attention head RoPE rotates (Qwen3.5: 0.25)
 
     # Derived sizes, so nobody recomputes them differently.
     @property
@@ -132,6 +158,56 @@ class ModelConfig:
     @property
     def head_size(self) -> int:
         return self.head_dim or self.d_model // self.n_heads
+
+    @property
+    def linear_k_heads(self) -> int:
+        return self.linear_key_heads or self.n_heads
+
+    @property
+    def linear_v_heads(self) -> int:
+        return self.linear_value_heads or self.linear_k_heads
+
+    @property
+    def linear_k_dim(self) -> int:
+        return self.linear_key_dim or self.head_size
+
+    @property
+    def linear_v_dim(self) -> int:
+        return self.linear_value_dim or self.linear_k_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """The channels of each head RoPE rotates (the first ones; the rest pass)."""
+        return int(self.head_size * self.rope_fraction)
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Each layer's mixer: `layer_pattern` repeated over the layers (its length divides
+        n_layers), or `mixer` for every layer without a pattern."""
+        if self.mixer == "attention" or self.layer_pattern is None:
+            return (self.mixer,) * self.n_layers
+        pattern = self.layer_pattern
+        return tuple(PATTERN_LETTERS[pattern[i % len(pattern)]] for i in range(self.n_layers))
+
+    @property
+    def mixer_params(self) -> dict[str, int]:
+        """Parameters of one layer's mixer by kind (exact; the built modules' numel):
+        attention's q (doubled with attn_gate), k, v, o and their biases and QK-norms; a
+        DeltaNet's in_proj_qkv, z, b, a, the conv, A_log, dt_bias, the gated norm, out_proj."""
+        d, H, K, E = self.d_model, self.n_heads, self.kv_heads, self.head_size
+        gate = 2 if self.attn_gate else 1
+        attn = d * H * E * gate + 2 * d * K * E + H * E * d
+        if self.bias or self.qkv_bias:
+            attn += H * E * gate + 2 * K * E
+        if self.bias:
+            attn += d
+        if self.qk_norm:
+            attn += 2 * NORM_SPECS[self.norm].params(E)
+        nk, nv, dk, dv = self.linear_k_heads, self.linear_v_heads, self.linear_k_dim, self.linear_v_dim
+        conv = 2 * nk * dk + nv * dv
+        linear = (d * conv + d * nv * dv + 2 * d * nv + conv * self.linear_conv_kernel
+                  + 2 * nv + dv + nv * dv * d)
+        return {"attention": attn, "gated_deltanet": linear}
 
     @property
     def ffn_hidden(self) -> int:
@@ -148,18 +224,22 @@ class ModelConfig:
 
     @property
     def approx_params(self) -> int:
-        """Parameters counted from the shapes, for memory estimates and the size bound
-        (biases and norms roughly: a rounding error next to the matrices; the exact count
-        is `depthlab.model.summary.summarize`)."""
-        d, hd, f = self.d_model, self.head_size, self.ffn_hidden
-        q = d * self.n_heads * hd * (2 if self.attn_gate else 1)
-        attn = q + 2 * d * self.kv_heads * hd + self.n_heads * hd * d
-        ffn = (3 if self.ffn == "swiglu" else 2) * d * f
+        """Parameters counted from the shapes, for memory estimates and the size bound:
+        exact (the built model's numel, tests/test_deltanet_stack.py) for every residual but
+        ngpt, whose per-dimension scales it leaves out."""
+        d, f = self.d_model, self.ffn_hidden
+        per_kind = self.mixer_params
+        mixers = sum(per_kind[kind] for kind in self.layer_kinds)
+        n_mats = 3 if self.ffn == "swiglu" else 2
+        ffn = n_mats * d * f + (((n_mats - 1) * f + d) if self.bias else 0)
+        norm = NORM_SPECS[self.norm].params(d)
+        norms = 2 * len(variants.NORM_SLOTS[self.placement]) * norm
         embed = self.vocab_size * d + (self.context_len * d if self.position == "learned" else 0)
         head = 0 if self.tie_embeddings else self.vocab_size * d
         residual = self.n_writes * residual_params_per_write(self.residual, d, self.streams)
-        return (embed + self.n_layers * (attn + ffn + 4 * d) + residual + head + d
-                + self.shortcut_params)
+        value_mix = 2 * (self.n_layers - 1) if self.value_residual else 0  # ResFormer's lambdas
+        return (embed + mixers + self.n_layers * (ffn + norms) + residual + head
+                + (norm if self.final_norm else 0) + value_mix + self.shortcut_params)
 
     @property
     def shortcut_params(self) -> int:
@@ -480,6 +560,7 @@ def validate_model(m: ModelConfig) -> ModelConfig:
         if m.ffn != "swiglu":
             raise ConfigError("model.ffn_clamp applies to ffn=swiglu only")
         _positive("model.ffn_clamp", m.ffn_clamp)
+    _check_mixer(m)  # before the size: the parameter count reads the layer pattern
 
     if m.approx_params > MAX_PARAMS:
         raise ConfigError(f"this model has about {m.approx_params:.3g} parameters, more than "
@@ -509,6 +590,78 @@ def _check_residual_ffn(m: ModelConfig) -> None:
     if spec.ffns and m.ffn not in spec.ffns:
         raise ConfigError(f"model.residual={m.residual!r} {spec.ffn_why}; "
                           f"set model.ffn={' or '.join(spec.ffns)}, got {m.ffn!r}")
+
+
+def _check_pattern(m: ModelConfig) -> None:
+    """model.layer_pattern: letters A and L only, repeated a whole number of times."""
+    pattern, letters = m.layer_pattern, "/".join(PATTERN_LETTERS)
+    allowed = ", ".join(f"{k} ({v})" for k, v in PATTERN_LETTERS.items())
+    if m.mixer != "gated_deltanet":
+        raise ConfigError(f"model.layer_pattern={pattern!r} mixes attention and Gated DeltaNet "
+                          f"layers: it needs model.mixer=gated_deltanet, got {m.mixer!r}")
+    if not pattern:
+        raise ConfigError(f"model.layer_pattern is empty; give one letter per layer, {allowed}, "
+                          "e.g. LLLA, or null for every layer model.mixer")
+    wrong = next((c for c in pattern if c not in PATTERN_LETTERS), None)
+    if wrong is not None:
+        raise ConfigError(f"model.layer_pattern={pattern!r} has the letter {wrong!r}; allowed: "
+                          f"{allowed}")
+    if len(pattern) > m.n_layers:
+        raise ConfigError(f"model.layer_pattern={pattern!r} has {len(pattern)} letters, more than "
+                          f"model.n_layers={m.n_layers}")
+    if m.n_layers % len(pattern):
+        raise ConfigError(f"model.layer_pattern={pattern!r} ({len(pattern)} {letters} letters) "
+                          f"repeats over the layers: its length must divide "
+                          f"model.n_layers={m.n_layers}")
+
+
+# What a Gated DeltaNet layer cannot be combined with, and why (checked when any layer is
+# one): two switches, and residual designs by what their spec says they do.
+DELTANET_REFUSES = {
+    "value_residual": "mixes layer 0's attention values into later layers' values; a DeltaNet "
+                      "layer writes its values into a state, not an attention",
+    "value_embeds": "adds a value embedding to attention's V",
+}
+DELTANET_REFUSES_RESIDUAL = (
+    (lambda s: s.sphere, "puts attention's q and k on the sphere and every weight row of d_model "
+                         "on it after each step; the DeltaNet's conv and decay are no such rows"),
+    (lambda s: s.own_depth_init, "scales v_proj and o_proj by its own depth rule; a DeltaNet "
+                                 "layer has neither"),
+)
+
+
+def _check_mixer(m: ModelConfig) -> None:
+    """The mixer fields (depthlab.model.deltanet) and what a DeltaNet layer composes with."""
+    _one_of("model.mixer", m.mixer, MIXERS)
+    if m.layer_pattern is not None:
+        _check_pattern(m)
+    for name in ("linear_key_heads", "linear_value_heads", "linear_key_dim", "linear_value_dim"):
+        if getattr(m, name) is not None:
+            _positive(f"model.{name}", getattr(m, name))
+    if m.linear_v_heads % m.linear_k_heads:
+        raise ConfigError(f"model.linear_value_heads={m.linear_v_heads} is not a multiple of "
+                          f"model.linear_key_heads={m.linear_k_heads} (each key head serves "
+                          "a whole number of value heads)")
+    if not 1 <= m.linear_conv_kernel <= MAX_CONV_KERNEL:
+        raise ConfigError(f"model.linear_conv_kernel must be between 1 and {MAX_CONV_KERNEL} "
+                          f"(taps of the causal conv; Qwen3.5: 4), got {m.linear_conv_kernel}")
+    _in_range("model.rope_fraction", m.rope_fraction, 0, 1, "(]",
+              "the share of each head RoPE rotates; Qwen3.5: 0.25")
+    if m.position == "rope" and (m.rotary_dim < 2 or m.rotary_dim % 2):
+        raise ConfigError(f"model.rope_fraction={m.rope_fraction:g} rotates {m.rotary_dim} of "
+                          f"{m.head_size} channels; RoPE needs an even number, at least 2")
+    if m.position != "rope" and m.rope_fraction != 1.0:
+        raise ConfigError(f"model.rope_fraction={m.rope_fraction:g} needs model.position=rope, "
+                          f"got {m.position!r}")
+    if "gated_deltanet" not in m.layer_kinds:
+        return
+    refused = [(f"model.{key}=true", why) for key, why in DELTANET_REFUSES.items() if getattr(m, key)]
+    refused += [(f"model.residual={m.residual!r}", why) for applies, why in DELTANET_REFUSES_RESIDUAL
+                if applies(RESIDUAL_SPECS[m.residual])]
+    if refused:
+        shown, why = refused[0]
+        raise ConfigError(f"{shown} does not compose with Gated DeltaNet layers (model.mixer="
+                          f"gated_deltanet): it {why}")
 
 
 def _check_shortcuts(m: ModelConfig) -> None:

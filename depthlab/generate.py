@@ -3,6 +3,9 @@
 `generate` keeps a KV cache: the prompt is run once, then each new token is one
 forward pass of one token that attends to the cached keys and values of all
 earlier ones (through `depthlab.model.decode.DecodeStep` while no hook is attached).
+A Gated DeltaNet layer's slot of the cache holds its last conv inputs and its
+delta-rule state instead (`depthlab.model.deltanet.DeltaState`): the prompt runs in
+chunks, each new token one recurrent step, on the readable forward.
 `use_cache=False` recomputes the whole window for every token (the computation the
 lesson draws); both give the same tokens. A model sees at most
 context_len tokens: once the sequence is longer, every step recomputes the last

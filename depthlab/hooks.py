@@ -94,11 +94,25 @@ class HookedModule(nn.Module):
         chosen = list(names)
         for n in chosen:
             if n not in points:
-                examples = ", ".join(list(points)[:4])
-                raise UserError(
-                    f"unknown hook point {n!r}; examples: {examples} (hook_names() lists all)"
-                )
+                raise UserError(self._unknown_point(n, points))
         return chosen
+
+    def _unknown_point(self, name: str, points: dict[str, HookPoint]) -> str:
+        """Why `name` is no hook point: a module that exists but lacks it says what it is
+        and which points it has (a Gated DeltaNet layer asked for attention's pattern);
+        else a few examples."""
+        owner, _, leaf = name.rpartition(".")
+        try:
+            module = self.get_submodule(owner) if owner else None
+        except AttributeError:
+            module = None
+        if module is not None:
+            own = [n.rpartition(".")[2] for n in points if n.rpartition(".")[0] == owner]
+            why = getattr(module, "MISSING_HOOK_WHY", {}).get(leaf, "")
+            return (f"unknown hook point {name!r}: {owner} is a {type(module).__name__}"
+                    f"{', ' + why if why else ''}; its hook points: {', '.join(own) or 'none'}")
+        examples = ", ".join(list(points)[:4])
+        return f"unknown hook point {name!r}; examples: {examples} (hook_names() lists all)"
 
     @contextmanager
     def hooks(

@@ -9,7 +9,8 @@ once and refuses with the estimate and the limit instead:
     gradients + AdamW     12 bytes per parameter more when training
     activations           what autograd keeps for backward, per micro-batch:
                           per block ~(18 d + 5 d_ff) floats per token plus the
-                          attention scores (3 x heads x seq x seq per sequence),
+                          attention scores (3 x heads x seq x seq per sequence)
+                          or a Gated DeltaNet layer's chunks (`mixer_floats`),
                           and 4 copies of the logits (tokens x vocab);
                           the residual's own state where it is wider than
                           one stream (`residual_floats`, from the
@@ -18,7 +19,8 @@ once and refuses with the estimate and the limit instead:
     RoPE's tables         cos and sin for every position up to context_len,
                           built through float64 (`rope_floats`)
     inference             one block's activations, the logits, and the KV
-                          cache, for the tokens the job actually runs
+                          cache (and DeltaNet states), for the tokens the job
+                          actually runs
 
 The coefficients are calibrated on the measured peak RSS of two training steps of
 the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
@@ -31,6 +33,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from depthlab.config import DELTANET_CHUNK as CHUNK
 from depthlab.config import Config, ModelConfig, value_embed_layers
 from depthlab.errors import UserError
 from depthlab.variants import RESIDUAL_SPECS
@@ -76,7 +79,33 @@ def rope_floats(m: ModelConfig) -> int:
     rope_cos_sin), which the model makes for max(tokens, context_len) positions: angles,
     their doubled copy, cos and sin in float64 beside the float32 results, about 8 floats
     per position and head dimension; 2 of them are kept."""
-    return 8 * m.context_len * m.head_size if m.position == "rope" else 0
+    return 8 * m.context_len * m.rotary_dim if m.position == "rope" else 0
+
+
+def mixer_floats(m: ModelConfig, kind: str, batch: int, seq: int) -> int:
+    """Floats one layer's token mixer keeps for backward, beyond the block's per-token
+    share: attention its scores, softmax and mask (3 x heads x seq x seq a sequence); a
+    Gated DeltaNet layer (depthlab.model.deltanet), counted from the tensors its chunked
+    form saves, q, k, v before and after the conv and normalisation, z and the gated
+    norm (~8 floats per channel of q, k, v), four C x C matrices per value head and chunk
+    (decays, the UT system, its solution's inputs, the scores) and one Dk x Dv state per
+    value head and chunk: linear in seq, where attention is quadratic."""
+    if kind == "attention":
+        return 3 * batch * m.n_heads * seq * seq
+    channels = 2 * m.linear_k_heads * m.linear_k_dim + m.linear_v_heads * m.linear_v_dim
+    chunks = -(-seq // CHUNK)
+    per_chunk = m.linear_v_heads * (4 * CHUNK * CHUNK + m.linear_k_dim * m.linear_v_dim)
+    return batch * (seq * 8 * channels + chunks * per_chunk)
+
+
+def decode_state_floats(m: ModelConfig, tokens: int) -> int:
+    """The decode cache for `tokens` tokens: keys and values of every attention layer, a
+    fixed-size conv and delta-rule state of every Gated DeltaNet layer."""
+    kinds = m.layer_kinds
+    kv = 2 * kinds.count("attention") * tokens * m.kv_heads * m.head_size
+    channels = 2 * m.linear_k_heads * m.linear_k_dim + m.linear_v_heads * m.linear_v_dim
+    state = channels * (m.linear_conv_kernel - 1) + m.linear_v_heads * m.linear_k_dim * m.linear_v_dim
+    return kv + kinds.count("gated_deltanet") * state
 
 
 def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
@@ -84,12 +113,12 @@ def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEsti
     sequences of `seq` tokens."""
     n = m.approx_params
     tokens = batch * seq
-    per_block = tokens * (18 * m.d_model + 5 * m.ffn_hidden) + 3 * batch * m.n_heads * seq * seq
-    acts = (m.n_layers * per_block + 4 * tokens * m.vocab_size
+    per_token = tokens * (18 * m.d_model + 5 * m.ffn_hidden)
+    mixers = [mixer_floats(m, kind, batch, seq) for kind in m.layer_kinds]
+    acts = (m.n_layers * per_token + sum(mixers) + 4 * tokens * m.vocab_size
             + tokens * (residual_floats(m) + shortcut_floats(m)))
-    if not training:  # no graph is kept: one block's worth, the logits, a KV cache
-        cache = 2 * m.n_layers * tokens * m.kv_heads * m.head_size
-        acts = per_block + 2 * tokens * m.vocab_size + cache
+    if not training:  # no graph is kept: one block's worth, the logits, the decode cache
+        acts = per_token + max(mixers) + 2 * tokens * m.vocab_size + decode_state_floats(m, tokens)
     acts += rope_floats(m)
     return MemoryEstimate(n, FLOAT * n, 3 * FLOAT * n if training else 0, FLOAT * acts)
 

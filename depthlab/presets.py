@@ -45,6 +45,14 @@ def qwen_next() -> Config:
                                     attn_gate=True))
 
 
+def qwen3_5() -> Config:
+    """Qwen3.5 (2026): Qwen3-Next's block with 3 of every 4 token mixers a Gated DeltaNet
+    (model.layer_pattern LLLA), gated attention with QK-norm and partial RoPE on the 4th."""
+    c = qwen_next()
+    return replace(c, model=replace(c.model, mixer="gated_deltanet", layer_pattern="LLLA",
+                                    rope_fraction=0.25, linear_value_heads=2 * c.model.n_heads))
+
+
 def olmo2() -> Config:
     """OLMo 2 (2024): the norm moves to the sublayer output, x + Norm(F(x)), plus QK-norm."""
     c = llama()
@@ -99,6 +107,7 @@ PRESETS: dict[str, Callable[[], Config]] = {
     "llama": llama,
     "qwen3": qwen3,
     "qwen_next": qwen_next,
+    "qwen3_5": qwen3_5,
     "olmo2": olmo2,
     "speedrun": speedrun,
     "tiny": tiny,

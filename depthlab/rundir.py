@@ -50,6 +50,10 @@ DERIVED_KEYS = frozenset({"model.vocab_size"})
 ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "model.streams": 1,
                 "model.x0_mix": False, "model.backout": False, "model.value_embeds": False,
                 "model.smear": False, "model.unet_skips": False, "model.logit_softcap": None,
+                "model.mixer": "attention", "model.layer_pattern": None,
+                "model.linear_key_heads": None, "model.linear_value_heads": None,
+                "model.linear_key_dim": None, "model.linear_value_dim": None,
+                "model.linear_conv_kernel": 4, "model.rope_fraction": 1.0,
                 "data.special_tokens": (), "data.separate_documents": False,
                 "train.optimizer": "adamw", "train.muon_lr": 0.02, "train.muon_momentum": 0.95}
 

@@ -126,7 +126,7 @@ class NormSpec:
     init: str
     params: Callable[[int], int] = lambda d: 0  # learned parameters of one norm of width d
     source: str = ""  # where the design comes from (the docs' tables cite it)
-    hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen) uses it
+    hf_export: bool = False  # an exported Hugging Face family (Llama, Qwen, Qwen3.5) uses it
 
     def public(self) -> dict[str, Any]:
         return {"key": self.key, "label": self.label, "formula": self.formula,
@@ -197,14 +197,49 @@ NORM_SPECS: dict[str, NormSpec] = {s.key: s for s in (
     NormSpec("rmsnorm", "RMSNorm", "x / sqrt(mean(x²) + eps) · w", "w = 1",
              params=lambda d: d, hf_export=True, source="Zhang & Sennrich 2019"),
     NormSpec("rmsnorm_zero_centered", "RMSNorm (1+w)", "x / sqrt(mean(x²) + eps) · (1 + w)",
-             "w = 0", params=lambda d: d, source="Gemma, Qwen3-Next"),
+             "w = 0", params=lambda d: d, hf_export=True,  # Qwen3.5's
+             source="Gemma, Qwen3-Next, Qwen3.5"),
     NormSpec("dyt", "DyT", "w · tanh(α·x) + b", "α = 0.5, w = 1, b = 0",
              params=lambda d: 2 * d + 1, source="Zhu et al. 2025"),
 )}
 
 # The other registries, keys only (their facts live with their code).
 PLACEMENTS = ("pre", "post", "sandwich", "output")
+# Which of a sublayer's three optional norm slots each placement fills (depthlab.model's
+# Block builds them; the parameter count reads how many):
+#   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
+#   out  -> Norm on the sublayer's output     x + Norm(F(x))        (OLMo 2; with in: sandwich)
+#   post -> Norm after the add                Norm(x + F(x))        (Post-LN, Vaswani 2017)
+NORM_SLOTS = {
+    "pre": ("in",),
+    "post": ("post",),
+    "sandwich": ("in", "out"),
+    "output": ("out",),
+}
 FFNS = ("relu", "gelu", "swiglu")
+
+
+@dataclass(frozen=True)
+class MixerSpec:
+    """One token mixer (model.mixer; a letter of model.layer_pattern)."""
+
+    key: str  # the ModelConfig value
+    letter: str  # its letter in model.layer_pattern
+    formula: str  # what it computes per token, as the README and `model describe` say it
+    state: str  # what it keeps of the earlier tokens while decoding
+    source: str
+    decode_step: bool  # the fused one-token step computes it (else: the readable forward)
+
+
+MIXER_SPECS: dict[str, MixerSpec] = {s.key: s for s in (
+    MixerSpec("attention", "A", "o_t = Σ_{s≤t} softmax_s(q_t·k_s/√E) v_s",
+              "every earlier key and value (KV cache, grows with the context)",
+              "Vaswani et al. 2017", decode_step=True),
+    MixerSpec("gated_deltanet", "L",
+              "S_t = S_{t-1}·e^{g_t} − β_t k_t (k_tᵀ S_{t-1} e^{g_t} − v_tᵀ); o_t = S_tᵀ q_t",
+              "a Dk x Dv state per value head and the last K-1 conv inputs (fixed size)",
+              "Yang, Kautz, Hatamizadeh 2025 (Gated DeltaNet); Qwen3.5", decode_step=False),
+)}
 
 
 def keys_where(predicate: Callable[[ResidualSpec], bool]) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Write every list of residuals, norms, placements, FFNs, presets, shortcuts and page
+"""Write every list of residuals, norms, placements, FFNs, mixers, presets, shortcuts and page
 sections in README.md and docs/ from the tables the code reads.
 
     python scripts/docs_lists.py          # rewrite the text between the markers
@@ -103,6 +103,12 @@ def shortcuts() -> str:
                   for k, s in SHORTCUT_SPECS.items()])
 
 
+def mixer_keys() -> str:
+    from depthlab.variants import MIXER_SPECS
+
+    return keys(MIXER_SPECS)
+
+
 def shortcut_keys() -> str:
     from depthlab.variants import SHORTCUT_SPECS
 
@@ -160,7 +166,8 @@ def sections() -> str:
 
 LISTS: dict[str, Callable[[], str]] = {
     "residual-keys": residual_keys, "residuals": residuals, "norm-keys": norm_keys, "norms": norms,
-    "placement-keys": placement_keys, "ffn-keys": ffn_keys, "shortcuts": shortcuts,
+    "placement-keys": placement_keys, "ffn-keys": ffn_keys, "mixer-keys": mixer_keys,
+    "shortcuts": shortcuts,
     "shortcut-keys": shortcut_keys, "presets": presets, "sections": sections,
 }
 

@@ -177,14 +177,16 @@ def test_anchor_is_counted_as_the_hybrid_checkpoint_it_is():
 
 
 def test_hybrid_layer_types_follow_transformers_rule():
-    from depthlab.probes.hybrid import layer_types
+    from depthlab.hf.config_map import layer_types, mixer_fields
 
     kinds = layer_types({"num_hidden_layers": 8, "full_attention_interval": 4})
     assert kinds == ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + [
         "full_attention"]
+    assert mixer_fields(kinds) == {"mixer": "gated_deltanet", "layer_pattern": "LLLA"}
     with pytest.raises(UserError, match="layer_types must list 8 entries"):
         layer_types({"num_hidden_layers": 8, "layer_types": ["full_attention"]})
-    with pytest.raises(UserError, match="full_attention_interval must be a positive integer"):
+    with pytest.raises(UserError, match="full_attention_interval=0 is not supported: expected "
+                                        "a positive integer"):
         layer_types({"num_hidden_layers": 8, "full_attention_interval": 0})
 
 
@@ -220,11 +222,14 @@ def test_hybrid_counts_use_the_class_defaults_the_shapes_use(tmp_path, given):
 
 
 @pytest.mark.parametrize("field, value, says", [
-    ("attention_bias", "false", "attention_bias must be true or false"),
-    ("partial_rotary_factor", "x", r"partial_rotary_factor must be a number in \(0, 1\]"),
-    ("partial_rotary_factor", None, r"partial_rotary_factor must be a number in \(0, 1\]"),
-    ("partial_rotary_factor", -1, r"partial_rotary_factor must be a number in \(0, 1\]"),
-    ("partial_rotary_factor", 3, r"partial_rotary_factor must be a number in \(0, 1\]")])
+    ("attention_bias", "false", r'attention_bias="false" is not supported: expected false'),
+    ("partial_rotary_factor", "x", r'partial_rotary_factor="x" is not supported: expected a '
+                                   r"finite number"),
+    ("partial_rotary_factor", None, r"partial_rotary_factor is missing"),
+    ("partial_rotary_factor", -1, r"partial_rotary_factor=-1 is not supported: expected a "
+                                  r"number in \(0, 1\]"),
+    ("partial_rotary_factor", 3, r"partial_rotary_factor=3 is not supported: expected a number "
+                                 r"in \(0, 1\]")])
 def test_hybrid_fields_of_the_wrong_type_are_refused(tmp_path, field, value, says):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "qwen3_5", "text_config": SMALL_HYBRID | {field: value}}))

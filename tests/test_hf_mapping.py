@@ -138,7 +138,7 @@ def test_the_docs_hold_the_generated_table():
 def test_help_is_the_table(capsys):
     from depthlab.cli import main
 
-    for argv, families in ((["hf", "import", "--help"], {"llama", "qwen2", "qwen3"}),
+    for argv, families in ((["hf", "import", "--help"], {"llama", "qwen2", "qwen3", "qwen3_5"}),
                            (["anatomy", "--help"], set(FAMILIES))):
         with pytest.raises(SystemExit):
             main(argv)

@@ -12,8 +12,9 @@ from depthlab.model.attention import KVCache
 from depthlab.presets import get_preset
 
 # Learned positions (gpt2, vaswani2017 with Post-LN), GQA + QK-norm (qwen3), zero-centred
-# norm + output gate (qwen_next), output-norm placement (olmo2), and the course model.
-PRESETS = ["course", "gpt2", "vaswani2017", "llama", "qwen3", "qwen_next", "olmo2"]
+# norm + output gate (qwen_next), output-norm placement (olmo2), the course model, and
+# Gated DeltaNet layers beside gated attention (qwen3_5: conv and delta-rule states).
+PRESETS = ["course", "gpt2", "vaswani2017", "llama", "qwen3", "qwen_next", "olmo2", "qwen3_5"]
 
 
 def small(preset: str, seed: int, **changes) -> Transformer:
@@ -49,7 +50,7 @@ def test_sampling_with_a_seed_is_identical_with_and_without_the_cache(preset):
     assert len(set(a)) > 5  # a varied stream, so equality is not a coincidence
 
 
-@pytest.mark.parametrize("preset", ["course", "gpt2", "qwen_next"])
+@pytest.mark.parametrize("preset", ["course", "gpt2", "qwen_next", "qwen3_5"])
 def test_cached_chunks_reproduce_the_full_forward_pass(preset):
     model = small(preset, 5)
     idx = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(1))

@@ -163,8 +163,16 @@ def closed_form_params(m: ModelConfig) -> int:
     n_mats = 3 if m.ffn == "swiglu" else 2
     ffn = n_mats * D * F + ((n_mats - 1) * F + D if m.bias else 0)
     slots = {"pre": 1, "post": 1, "sandwich": 2, "output": 1}[m.placement]
-    block = q + kv + o + qk + ffn + 2 * slots * norm_params(m.norm, D)
-    total = V * D + m.n_layers * block
+    block = ffn + 2 * slots * norm_params(m.norm, D)
+    # a Gated DeltaNet layer (transformers' Qwen3_5GatedDeltaNet): in_proj_qkv, z, b, a, the
+    # depthwise conv over q, k, v, A_log and dt_bias per value head, the gated norm, out_proj
+    nk, nv, dk, dv = m.linear_k_heads, m.linear_v_heads, m.linear_k_dim, m.linear_v_dim
+    conv = 2 * nk * dk + nv * dv
+    linear = (D * conv + D * nv * dv + 2 * D * nv + conv * m.linear_conv_kernel + 2 * nv + dv
+              + nv * dv * D)
+    mixers = sum(linear if kind == "gated_deltanet" else q + kv + o + qk
+                 for kind in m.layer_kinds)
+    total = V * D + m.n_layers * block + mixers
     total += m.context_len * D if m.position == "learned" else 0
     total += norm_params(m.norm, D) if m.final_norm else 0
     total += 0 if m.tie_embeddings else V * D

@@ -356,7 +356,8 @@ print((hwm - base) * 1024)
 
 @pytest.mark.parametrize("name,changes", [
     ("course", {}), ("gpt2", {}), ("course", {"residual": "hc", "streams": 8}),
-    ("course", {"residual": "mhc", "streams": 16}), ("course", {"residual": "attnres"})])
+    ("course", {"residual": "mhc", "streams": 16}), ("course", {"residual": "attnres"}),
+    ("qwen3_5", {}), ("qwen3_5", {"layer_pattern": None})])
 @pytest.mark.slow
 def test_memory_estimate_is_within_a_factor_of_the_measured_peak(name, changes):
     """Within 2x of the peak for every residual: hc/mhc's n copies of the stream and

@@ -354,4 +354,6 @@ def test_the_memory_estimate_counts_the_shortcuts():
     assert shortcut_floats(on) == 2 * 24 * 4 + 24 * 2 + 2 * (3 * 24 + 2) + 3 * 24 + 24 + 2 * 30
     base, more = estimate(TINY, 2, 16, True), estimate(on, 2, 16, True)
     assert more.activations - base.activations == 4 * 32 * shortcut_floats(on)
-    assert more.params - base.params == on.shortcut_params
+    # ALL has value_residual on too: its two lambdas on every layer after the first
+    assert more.params - base.params == on.shortcut_params + 2 * (on.n_layers - 1)
+    assert more.params == sum(p.numel() for p in Transformer(on).parameters())

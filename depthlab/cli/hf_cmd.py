@@ -7,6 +7,7 @@ import argparse
 import sys
 import textwrap
 
+from depthlab.cli.model_cmd import mixer_line
 from depthlab.cli.run_probe_cmd import add_run_probe
 from depthlab.hf.config_map import export_switches
 from depthlab.hf.mapping import FAMILIES, IMPORT, families_for
@@ -115,6 +116,10 @@ def _report_import(r) -> None:  # r: depthlab.hf.Converted
           f"{m.n_heads} heads / {m.kv_heads} K/V heads of {m.head_size}, d_ff {m.ffn_hidden}, "
           f"vocab {m.vocab_size}, {r.n_params:,} parameters"
           f"{', tokenizer.json' if r.tokenizer else ''} -> {r.out_dir}")
+    if "gated_deltanet" in m.layer_kinds:
+        print(mixer_line(m))
+    if getattr(r, "left_out", ""):
+        print(f"imported {r.left_out}")
 
 
 def export_cmd(args: argparse.Namespace) -> int:

@@ -68,6 +68,8 @@ def describe(args: argparse.Namespace) -> int:
           f"(hidden {m.ffn_hidden} = {m.ffn_hidden / m.d_model:.2f}d) position={m.position} "
           f"qk_norm={m.qk_norm} attn_gate={m.attn_gate} final_norm={m.final_norm} "
           f"norm_scale={m.norm_scale} value_residual={m.value_residual}")
+    if "gated_deltanet" in m.layer_kinds:
+        print(mixer_line(m))
     from depthlab.model.shortcuts import describe as describe_shortcuts
 
     if describe_shortcuts(m):
@@ -80,8 +82,8 @@ def describe(args: argparse.Namespace) -> int:
     print("\n".join("  " + line for line in block_lines if "HookPoint()" not in line))
     print("\nParameters:")
     for comp, n in s.params_by_component.items():
-        print(f"  {comp:<10} {n:>14,}  {100 * n / s.total_params:5.1f}%")
-    print(f"  {'total':<10} {s.total_params:>14,}   (per block {s.params_per_block:,})")
+        print(f"  {comp:<18} {n:>14,}  {100 * n / s.total_params:5.1f}%")
+    print(f"  {'total':<18} {s.total_params:>14,}   (per block {s.params_per_block:,})")
     print(f"\nShapes for {args.tokens} tokens (batch dimension omitted):")
     for name, shape in s.shapes:
         if ".blocks." in f".{name}" and not name.startswith(("blocks.0.", f"blocks.{m.n_layers - 1}.")):
@@ -94,6 +96,19 @@ def describe(args: argparse.Namespace) -> int:
               f"(ln V = {check['log_vocab']:.4f}), gradient norm {check['grad_norm']:.4f}, "
               f"finite: {check['finite']}")
     return 0
+
+
+def mixer_line(m) -> str:
+    """`model describe`'s line on the token mixers: which layers are Gated DeltaNet, and
+    their heads, head sizes and conv kernel."""
+    kinds = m.layer_kinds
+    n_linear = kinds.count("gated_deltanet")
+    pattern = f" layer_pattern={m.layer_pattern}" if m.layer_pattern else ""
+    return (f"mixer=gated_deltanet{pattern}: {n_linear} Gated DeltaNet and "
+            f"{len(kinds) - n_linear} attention layers; DeltaNet {m.linear_k_heads} key / "
+            f"{m.linear_v_heads} value heads of {m.linear_k_dim} / {m.linear_v_dim}, conv "
+            f"kernel {m.linear_conv_kernel}, state {m.linear_k_dim} x {m.linear_v_dim} per "
+            "value head")
 
 
 def _forward_backward(cfg, n_tokens: int) -> dict:

@@ -7,7 +7,14 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from depthlab.config import MAX_INT, Config, ModelConfig, TrainConfig, validate
+from depthlab.config import (
+    MAX_INT,
+    PATTERN_LETTERS,
+    Config,
+    ModelConfig,
+    TrainConfig,
+    validate,
+)
 from depthlab.errors import UserError
 from depthlab.hf.mapping import (
     BY_ARCHITECTURE,
@@ -15,7 +22,9 @@ from depthlab.hf.mapping import (
     DEFAULT_ROPE_THETA,
     EXPORT_ORDER,
     FAMILIES,
+    HF_LAYER_TYPES,
     IMPORT,
+    PARTIAL_ROPE_FIELD,
     ROPE_FIELD,
     Family,
     Field,
@@ -59,11 +68,59 @@ def text_config(raw: dict[str, Any], fam: Family | None = None) -> dict[str, Any
     return tc
 
 
-def rope_theta(raw: dict[str, Any], purpose: str = IMPORT) -> float:
+FULL, LINEAR = "full_attention", "linear_attention"
+
+
+def layer_types(tc: dict[str, Any]) -> list[str]:
+    """Each trunk layer's kind, as transformers derives it: `layer_types` when given, else
+    full attention every `full_attention_interval` layers (default 4), linear otherwise."""
+    n = tc.get("num_hidden_layers")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise refuse("num_hidden_layers", n, "expected a positive integer")
+    kinds = tc.get("layer_types")
+    if kinds is None:
+        every = tc.get("full_attention_interval", 4)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise refuse("full_attention_interval", every, "expected a positive integer")
+        return [LINEAR if (i + 1) % every else FULL for i in range(n)]
+    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {FULL, LINEAR}:
+        raise UserError(f"config.json: layer_types must list {n} entries, each {FULL!r} or "
+                        f"{LINEAR!r}")
+    return list(kinds)
+
+
+def mixer_fields(kinds: list[str]) -> dict[str, Any]:
+    """model.mixer and model.layer_pattern for transformers' layer kinds: the shortest
+    period of the kinds (its length divides the layers), one letter per layer."""
+    theirs = {v: k for k, v in HF_LAYER_TYPES.items()}
+    ours = [theirs[k] for k in kinds]
+    if set(ours) == {"attention"}:
+        return {"mixer": "attention", "layer_pattern": None}
+    if set(ours) == {"gated_deltanet"}:
+        return {"mixer": "gated_deltanet", "layer_pattern": None}
+    n = len(ours)
+    period = next(p for p in range(1, n + 1)
+                  if n % p == 0 and all(ours[i] == ours[i % p] for i in range(n)))
+    letter = {kind: key for key, kind in PATTERN_LETTERS.items()}
+    return {"mixer": "gated_deltanet",
+            "layer_pattern": "".join(letter[k] for k in ours[:period])}
+
+
+def rope_field(tc: dict[str, Any], key: str, default: Any) -> Any:
+    """A RoPE field that transformers >= 5 keeps in `rope_parameters` (partial_rotary_factor)
+    and older configs at the top level."""
+    params = tc.get("rope_parameters")
+    if isinstance(params, dict) and key in params:
+        return params[key]
+    return tc.get(key, default)
+
+
+def rope_theta(raw: dict[str, Any], purpose: str = IMPORT, partial: bool = False) -> float:
     """rope_theta from the newer `rope_parameters` dict or the older `rope_theta`/`rope_scaling`.
     Both dicts are checked even when the first gives the theta: a config may carry both,
     and a llama3 `rope_scaling` beside a plain `rope_parameters` must not be dropped.
-    Anatomy reads the theta and skips the checks (RoPE has no parameters)."""
+    Anatomy reads the theta and skips the checks (RoPE has no parameters). partial: the
+    family reads partial_rotary_factor as a field of its own (model.rope_fraction)."""
     theta = None
     for key in ("rope_parameters", "rope_scaling"):
         params = raw.get(key)
@@ -75,7 +132,7 @@ def rope_theta(raw: dict[str, Any], purpose: str = IMPORT) -> float:
         if purpose == IMPORT and rope_type != "default":
             raise refuse(f"{key}.rope_type", rope_type,
                          "depthlab implements plain RoPE (rope_type 'default') only")
-        if purpose == IMPORT and params.get("partial_rotary_factor", 1.0) != 1.0:
+        if purpose == IMPORT and not partial and params.get("partial_rotary_factor", 1.0) != 1.0:
             raise refuse(f"{key}.partial_rotary_factor", params["partial_rotary_factor"],
                          "depthlab rotates the whole head")
         if "rope_theta" in params and theta is None:
@@ -105,8 +162,8 @@ def model_config_from_hf(raw: dict[str, Any], purpose: str = IMPORT) -> tuple[Mo
     """Our ModelConfig for a Hugging Face config.json, and the family it came from.
 
     IMPORT: the families with tensor names, every refusal. ANATOMY: every family, only
-    the refusals that change the parameters; for a hybrid, the model its full-attention
-    layers would make if every layer were one (`probes/hybrid.py` counts the real mix)."""
+    the refusals that change the parameters. A hybrid's layer kinds become model.mixer
+    and model.layer_pattern (`mixer_fields`)."""
     fam = family_of(raw, purpose)
     tc = text_config(raw, fam)
     for r in fam.refusals:
@@ -114,13 +171,22 @@ def model_config_from_hf(raw: dict[str, Any], purpose: str = IMPORT) -> tuple[Mo
             raise refuse(r.hf, tc[r.hf], r.why)
     values: dict[str, Any] = {s.ours: s.value for s in fam.switches}
     read_from: dict[str, tuple[str, Any]] = {}
+    partial = any(f.hf == PARTIAL_ROPE_FIELD for f in fam.fields)
     for f in fam.fields:
-        value = rope_theta(tc, purpose) if f.hf == ROPE_FIELD else tc.get(f.hf, f.default)
+        if f.hf == ROPE_FIELD:
+            value = rope_theta(tc, purpose, partial)
+        elif f.hf == PARTIAL_ROPE_FIELD:
+            value = rope_field(tc, f.hf, f.default)
+        else:
+            value = tc.get(f.hf, f.default)
         if value is None and f.null is not None:
             value = f.null(values)
         elif value is None:
             raise UserError(f"config.json field {f.hf} is missing (a {fam.name} config needs it)")
-        value = _value(f, value)
+        given, value = value, _value(f, value)
+        if f.hf == PARTIAL_ROPE_FIELD and not 0 < value <= 1:
+            raise refuse(f.hf, given, "expected a number in (0, 1], the share of each head "
+                         "RoPE rotates")
         if f.ours in read_from and read_from[f.ours][1] != value:  # two fields, one switch
             first = read_from[f.ours][0]
             on = first if read_from[f.ours][1] else f.hf
@@ -128,6 +194,8 @@ def model_config_from_hf(raw: dict[str, Any], purpose: str = IMPORT) -> tuple[Mo
                          "both true or both false")
         read_from[f.ours] = (f.hf, value)
         values[f.ours] = value
+    if fam.mixers:
+        values.update(mixer_fields(layer_types(tc)))
     return ModelConfig(**values), fam.name  # validated by its user: a run, or the anatomy
 
 
@@ -165,12 +233,14 @@ def export_switches() -> list[str]:
 def hf_config_from_model(m: ModelConfig) -> dict[str, Any]:
     """config.json for a model: Llama, or Qwen2 with qkv_bias, or Qwen3 with qk_norm."""
     fam = export_family(m)
-    out: dict[str, Any] = {"architectures": [fam.architecture], "model_type": fam.name,
+    out: dict[str, Any] = {"architectures": [fam.architecture], "model_type": fam.model_types[0],
                            "hidden_act": "silu"}
     for f in fam.fields:
         out[f.hf] = getattr(m, f.export or f.ours)
     # Both spellings: Transformers >= 5 reads rope_parameters, older versions rope_theta.
     out["rope_parameters"] = {"rope_type": "default", "rope_theta": m.rope_theta}
+    if PARTIAL_ROPE_FIELD in out:
+        out["rope_parameters"][PARTIAL_ROPE_FIELD] = out[PARTIAL_ROPE_FIELD]
     out.update(attention_dropout=0.0, use_cache=True, torch_dtype="float32",
                bos_token_id=None, eos_token_id=None)
     out.update({k: v(m) if callable(v) else v for k, v in fam.written.items()})

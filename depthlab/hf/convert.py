@@ -22,7 +22,14 @@ from depthlab.config import Config
 from depthlab.errors import MAX_JSON_BYTES, UserError, read_json_object
 from depthlab.hf.config_map import export_family, hf_config_from_model, run_config_from_hf
 from depthlab.hf.mapping import FAMILIES
-from depthlab.hf.weights import SINGLE_FILE, hf_name, is_ignored, read_tensors, weight_files
+from depthlab.hf.weights import (
+    SINGLE_FILE,
+    hf_name,
+    is_ignored,
+    nested_names,
+    read_tensors,
+    weight_files,
+)
 from depthlab.memory import check_fits
 from depthlab.model import Transformer
 
@@ -38,6 +45,7 @@ class Converted:
     config: Config
     n_params: int
     tokenizer: bool
+    left_out: str = ""  # what of the checkpoint was not imported (a vision tower), in words
 
 
 def _read_json(path: Path) -> dict:
@@ -69,7 +77,7 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
     files = weight_files(hf_dir)
     out_dir = outdir.check_location(out_dir)
     with outdir.claim_target(out_dir, outdir.RUN, replace=force, sources=(hf_dir,)):
-        model, n_params = model_from_hf_tensors(
+        model, n_params, left_out = model_from_hf_tensors(
             cfg, kind, set(files), lambda names: read_tensors(files, names), where=str(hf_dir),
             dtype=dtype)
 
@@ -81,7 +89,7 @@ def import_checkpoint(hf_dir: Path, out_dir: Path, *, dtype: torch.dtype | None 
                                                     "path": str(hf_dir.resolve())})
 
         outdir.write_whole(out_dir, outdir.RUN, write, need_bytes=_bytes(model))
-    return Converted(out_dir, kind, cfg, n_params, tokenizer.exists())
+    return Converted(out_dir, kind, cfg, n_params, tokenizer.exists(), left_out)
 
 
 def _bytes(model: torch.nn.Module) -> int:
@@ -91,14 +99,19 @@ def _bytes(model: torch.nn.Module) -> int:
 
 def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
                           read: Callable[[list[str]], dict[str, torch.Tensor]], *, where: str,
-                          dtype: torch.dtype | None = torch.float32) -> tuple[Any, int]:
+                          dtype: torch.dtype | None = torch.float32) -> tuple[Any, int, str]:
     """Our model (weights assigned, nothing initialised) from tensors under Hugging Face
     names: `available` lists the names present, `read(names)` returns those tensors.
-    Every parameter must be found and every tensor must have a place. Returns the model
-    and its parameter count."""
+    Every parameter must be found and every tensor must have a place, but those of a
+    multimodal checkpoint's other parts (the family's `left_out` prefixes). Returns the
+    model, its parameter count and what was left out, in words ("" for nothing)."""
     with torch.device("meta"):
         model = Transformer(cfg.model)
     names = FAMILIES[kind].weights  # kind: the family run_config_from_hf found
+    if names.nested_prefix and any(n.startswith(names.nested_prefix) for n in available):
+        names = nested_names(names)  # the text model of a multimodal checkpoint
+    skipped = {n for n in available if n.startswith(names.left_out)} if names.left_out else set()
+    available = available - skipped
     wanted = {name: hf_name(name, names) for name in model.state_dict()}
     missing = [theirs for theirs in wanted.values() if theirs not in available]
     if missing:
@@ -122,7 +135,12 @@ def model_from_hf_tensors(cfg: Config, kind: str, available: set[str],
     except RuntimeError as e:
         first = str(e).split("\n\t")[1] if "\n\t" in str(e) else str(e)
         raise UserError(f"{where}: weights do not fit the config ({first.strip()})") from None
-    return model, sum(t.numel() for t in state.values())
+    left_out = ""
+    if skipped:
+        parts = sorted({p for n in skipped for p in names.left_out if n.startswith(p)})
+        left_out = (f"the text model only: {len(skipped)} tensors under "
+                    f"{', '.join(p.rstrip('.') for p in parts)} left out")
+    return model, sum(t.numel() for t in state.values()), left_out
 
 
 def check_tokenizer_file(path: Path, vocab_size: int) -> None:

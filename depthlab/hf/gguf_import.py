@@ -273,7 +273,7 @@ def import_gguf(source: str | Path, out_dir: Path, *, force: bool = False,
     cfg, kind = run_config_from_hf(raw, has_tokenizer=True)
     n_heads, n_kv = cfg.model.n_heads, cfg.model.kv_heads
     with outdir.claim_target(out_dir, outdir.RUN, replace=force, sources=(path,)):
-        model, n_params = model_from_hf_tensors(
+        model, n_params, _ = model_from_hf_tensors(
             cfg, kind, names,
             lambda wanted: read_hf_tensors(reader, path, wanted, n_heads, n_kv, progress),
             where=str(path))

@@ -72,6 +72,11 @@ class TensorNames:
     top: tuple[tuple[str, str], ...]
     block: tuple[tuple[str, str], ...]  # inside block N, after `layer_prefix`N.
     layer_prefix: str = "model.layers."
+    # a multimodal checkpoint's text model: its names under this prefix instead of "model."
+    # (model.language_model.layers.3...), and the tensors of the rest (the vision tower, the
+    # multi-token-prediction layers), which the import leaves out and says so
+    nested_prefix: str = ""
+    left_out: tuple[str, ...] = ()
     gguf_top: tuple[tuple[str, str], ...] = ()  # llama.cpp's names -> the family's
     gguf_block: tuple[tuple[str, str], ...] = ()  # inside blk.N.
 
@@ -88,6 +93,8 @@ class Family:
     written: dict[str, Any] = field(default_factory=dict)  # export: constants (callables: of the model)
     weights: TensorNames | None = None  # None: no tensor names, so not importable
     nested: str = ""  # the text model's fields sit under this key (multimodal configs)
+    mixers: bool = False  # layer_types / full_attention_interval -> model.mixer, layer_pattern
+    architectures: tuple[str, ...] = ()  # more classes whose checkpoints hold its text model
     note: str = ""
 
 
@@ -119,6 +126,7 @@ def _llama_fields(kv_default: int | None, head_dim_default: int | None,
 
 
 ROPE_FIELD = "rope_theta"  # also read from rope_parameters / rope_scaling: see `rope_theta`
+PARTIAL_ROPE_FIELD = "partial_rotary_factor"  # also read from rope_parameters
 
 _LLAMA_SWITCHES = (
     Switch("residual", "plain", "Llama and Qwen add every write, unscaled, to one stream"),
@@ -137,6 +145,8 @@ _LLAMA_SWITCHES = (
     Switch("smear", False, "Llama and Qwen do not mix the previous token's embedding in"),
     Switch("unet_skips", False, "Llama and Qwen have no skips between mirrored blocks"),
     Switch("logit_softcap", None, "Llama and Qwen do not cap the logits"),
+    Switch("mixer", "attention", "Llama and Qwen mix tokens by softmax attention in every layer"),
+    Switch("rope_fraction", 1.0, "Llama and Qwen rotate the whole head"),
     Switch("scaled_init", False, "Transformers initialises every linear with the same std",
            exported=False),
 )
@@ -183,6 +193,18 @@ LLAMA_NAMES = TensorNames(
                 ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
                 ("ffn_down", "mlp.down_proj")),
 )
+
+# Qwen3.5: Llama's names, and a Gated DeltaNet layer's under linear_attn (ours: attn, the
+# mixer slot of every block), matched before attention's self_attn.
+DELTANET_TENSORS = ("in_proj_", "conv1d.", "A_log", "dt_bias", "norm.", "out_proj.")
+QWEN3_5_NAMES = TensorNames(
+    top=LLAMA_NAMES.top,
+    block=(("attn_norm_in.", "input_layernorm."), ("mlp_norm_in.", "post_attention_layernorm."),
+           *((f"attn.{t}", f"linear_attn.{t}") for t in DELTANET_TENSORS),
+           ("attn.", "self_attn."), ("mlp.", "mlp.")),
+    nested_prefix="model.language_model.", left_out=("model.visual.", "mtp."))
+# transformers' layer_types entries for our mixers
+HF_LAYER_TYPES = {"attention": "full_attention", "gated_deltanet": "linear_attention"}
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family(
@@ -242,22 +264,44 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
          Switch("scaled_init", True, "GPT-2 scales the output projections by 1/sqrt(2L)",
                 exported=False))),
     Family(
-        "qwen3_5", ("qwen3_5", "qwen3_5_text"), None, (
+        "qwen3_5", ("qwen3_5_text", "qwen3_5"), "Qwen3_5ForCausalLM", (
             *_llama_fields(4, 256, 32768),
-            Field("attn_output_gate", "attn_gate", bool, True),
+            Field("partial_rotary_factor", "rope_fraction", float, 0.25),
+            Field("linear_num_key_heads", "linear_key_heads", int, 16, export="linear_k_heads"),
+            Field("linear_num_value_heads", "linear_value_heads", int, 32,
+                  export="linear_v_heads"),
+            Field("linear_key_head_dim", "linear_key_dim", int, 128, export="linear_k_dim"),
+            Field("linear_value_head_dim", "linear_value_dim", int, 128, export="linear_v_dim"),
+            Field("linear_conv_kernel_dim", "linear_conv_kernel", int, 4),
         ),
-        (*(s for s in _LLAMA_SWITCHES if s.ours not in ("norm", "attn_gate")),
+        (*(s for s in _LLAMA_SWITCHES if s.ours not in ("norm", "attn_gate", "mixer",
+                                                         "rope_fraction")),
          Switch("norm", "rmsnorm_zero_centered", "Qwen3.5 scales by (1 + w)"),
-         Switch("qk_norm", True, "Qwen3.5 has QK-norm")),
-        nested="text_config",
-        note="The full-attention layers of the hybrid trunk; probes/hybrid.py counts the "
-        "linear-attention layers, the vision tower and the MTP layers"),
+         Switch("attn_gate", True, "Qwen3.5's q_proj always carries the sigmoid output gate"),
+         Switch("qk_norm", True, "Qwen3.5 has QK-norm"),
+         Switch("qkv_bias", False, "Qwen3.5 has no q/k/v-only biases"),
+         Switch("bias", False, "Qwen3.5 has no biases")),
+        (*(r for r in _DENSE_REFUSALS if r.hf not in ("partial_rotary_factor", "layer_types")),
+         Refusal("attention_bias", lambda v: v is False,
+                 "expected false (Qwen3.5's o_proj bias has no depthlab equivalent without "
+                 "MLP biases)", parameters=True),
+         Refusal("attn_output_gate", lambda v: v is not False,
+                 "Transformers' Qwen3.5 always gates the attention output")),
+        selects={"mixer": "gated_deltanet"},
+        written={"attention_bias": False,
+                 "layer_types": lambda m: [HF_LAYER_TYPES[k] for k in m.layer_kinds]},
+        weights=QWEN3_5_NAMES, nested="text_config", mixers=True,
+        architectures=("Qwen3_5ForConditionalGeneration",),
+        note="Qwen3.5's text trunk: Gated DeltaNet (linear_attention) and gated attention "
+        "layers by layer_types or full_attention_interval; a checkpoint with a vision tower "
+        "imports its language model, leaving the vision tower and the MTP layers out"),
 )}
 
 HYBRID = "qwen3_5"
 HYBRID_TYPES = FAMILIES[HYBRID].model_types
-EXPORT_ORDER = ("qwen3", "qwen2", "llama")  # the first whose `selects` the model has
-BY_ARCHITECTURE = {f.architecture: f for f in FAMILIES.values() if f.architecture}
+EXPORT_ORDER = ("qwen3_5", "qwen3", "qwen2", "llama")  # the first whose `selects` the model has
+BY_ARCHITECTURE = {a: f for f in FAMILIES.values() if f.architecture
+                   for a in (f.architecture, *f.architectures)}
 BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
 
 

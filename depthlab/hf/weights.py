@@ -8,6 +8,7 @@ are in `depthlab/hf/mapping.py`. Only `safetensors` is needed, not Transformers.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -43,6 +44,15 @@ def hf_name(name: str, names: TensorNames) -> str:
         if mapped is not None:
             return mapped
     raise UserError(f"parameter {name!r} has no Hugging Face name")
+
+
+def nested_names(names: TensorNames) -> TensorNames:
+    """The family's names inside a multimodal checkpoint: `model.` -> its `nested_prefix`
+    (model.layers.3 -> model.language_model.layers.3; lm_head stays at the top)."""
+    def inside(theirs: str) -> str:
+        return names.nested_prefix + theirs[len("model."):] if theirs.startswith("model.") else theirs
+    return replace(names, top=tuple((o, inside(t)) for o, t in names.top),
+                   layer_prefix=inside(names.layer_prefix))
 
 
 def gguf_to_hf_name(name: str, names: TensorNames) -> str:

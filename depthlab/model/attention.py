@@ -22,6 +22,7 @@ from torch import nn
 from depthlab.config import ModelConfig
 from depthlab.hooks import HookPoint
 from depthlab.model import fused
+from depthlab.model.deltanet import DeltaState
 from depthlab.model.ngpt import SphereQK
 from depthlab.model.norms import make_norm
 from depthlab.model.shortcuts import value_embedding
@@ -47,8 +48,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each pair (i, i + E/2) of x [B, heads, T, E] by position * frequency_i."""
-    return x * cos + rotate_half(x) * sin
+    """Rotate each pair (i, i + R/2) of x [B, heads, T, E] by position * frequency_i, R the
+    width of cos, sin: the whole head, or its first R channels (partial RoPE, Qwen3.5's
+    `partial_rotary_factor`; the other E - R pass unrotated)."""
+    R = cos.shape[-1]
+    if R == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    turned, passed = x[..., :R], x[..., R:]
+    return torch.cat([turned * cos + rotate_half(turned) * sin, passed], dim=-1)
 
 
 @dataclass
@@ -79,11 +86,15 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, dtype: torch.dtype,
                  device: torch.device | str) -> None:
-        shape = (cfg.n_layers, batch, cfg.kv_heads, capacity, cfg.head_size)
+        kinds = cfg.layer_kinds
+        n_attention = kinds.count("attention")
+        shape = (n_attention, batch, cfg.kv_heads, capacity, cfg.head_size)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        # One view per layer, made once: a decode step does no per-layer slicing.
-        self._layers = [LayerCache(k, v) for k, v in zip(self.k, self.v, strict=True)]
+        # One view per attention layer, made once: a decode step does no per-layer slicing.
+        # A Gated DeltaNet layer keeps its conv and delta-rule state instead (fixed size).
+        kv = iter(LayerCache(k, v) for k, v in zip(self.k, self.v, strict=True))
+        self._layers = [next(kv) if kind == "attention" else DeltaState() for kind in kinds]
         self.length = 0
         # model.smear: the last token's embedding, which the next token mixes in [B, 1, D]
         self.prev_embed: torch.Tensor | None = None
@@ -92,9 +103,10 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.shape[3]
 
-    def layer(self, i: int) -> LayerCache:
+    def layer(self, i: int) -> LayerCache | DeltaState:
         layer = self._layers[i]
-        layer.start = self.length
+        if isinstance(layer, LayerCache):
+            layer.start = self.length
         return layer
 
 

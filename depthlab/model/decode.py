@@ -256,6 +256,12 @@ IMPLEMENTS: dict[str, frozenset | None] = {
     # and smear (which needs the cache's last embedding) fall back to the readable forward
     "x0_mix": ANY, "backout": ANY, "unet_skips": ANY, "logit_softcap": ANY,
     "value_embeds": frozenset({False}), "smear": frozenset({False}),
+    # softmax attention only: a Gated DeltaNet layer decodes on the readable forward, which
+    # carries its conv and delta-rule state in the cache (depthlab.model.deltanet.DeltaState)
+    "mixer": frozenset({"attention"}), "layer_pattern": frozenset({None}),
+    "linear_key_heads": ANY, "linear_value_heads": ANY, "linear_key_dim": ANY,
+    "linear_value_dim": ANY, "linear_conv_kernel": ANY,  # no DeltaNet layer: unused
+    "rope_fraction": frozenset({1.0}),  # the step rotates whole heads
 }
 # The module classes the step reads its weights from; a subclass may compute otherwise.
 # (The residual's class is the config's `residual`, checked above.)

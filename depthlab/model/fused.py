@@ -36,6 +36,7 @@ ROTARY_IMPLEMENTS: dict[str, frozenset | None] = {
     "bias": ANY, "qkv_bias": ANY,  # added by the projection, before the function
     "attn_gate": frozenset({False}),  # the gate's half of q would be rotated as a query
     "qk_norm": frozenset({False}),  # the norm sits between the projection and RoPE
+    "rope_fraction": frozenset({1.0}),  # it rotates every channel of a head
 }
 # Fields that never reach that part: they act on the stream before the attention reads
 # it, after q, k, v leave the function (the value residual mixes v afterwards, a value
@@ -48,7 +49,11 @@ ROTARY_EXEMPT = frozenset({
     "vocab_size", "context_len", "n_layers", "d_ff", "ffn", "ffn_clamp", "norm", "norm_eps",
     "placement", "residual", "norm_scale", "value_residual", "streams", "final_norm",
     "tie_embeddings", "init_std", "init_gain", "scaled_init",
-    "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap"})
+    "x0_mix", "backout", "value_embeds", "smear", "unet_skips", "logit_softcap",
+    # the DeltaNet layers' own fields: an attention layer, the only one this path runs,
+    # is the same whatever they are
+    "mixer", "layer_pattern", "linear_key_heads", "linear_value_heads", "linear_key_dim",
+    "linear_value_dim", "linear_conv_kernel"})
 
 
 def rotary_reason(cfg: ModelConfig) -> str | None:

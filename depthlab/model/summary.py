@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from depthlab.config import ModelConfig, unet_source, value_embed_layers
+from depthlab.config import PATTERN_LETTERS, ModelConfig, unet_source, value_embed_layers
 from depthlab.model.transformer import Block, Transformer
 from depthlab.variants import RESIDUAL_SPECS
 
@@ -28,12 +28,19 @@ def component_of(param_name: str) -> str:
     if "norm" in param_name:
         return "norm"
     if ".attn." in param_name:
-        return "attention"
+        return DELTANET_PARTS.get(param_name.rsplit(".", 2)[-2 if param_name.endswith(
+            (".weight", ".bias")) else -1], "attention")
     if ".mlp." in param_name:
         return "ffn"
     raise ValueError(f"unclassified parameter {param_name}")  # pragma: no cover
 
 
+# A Gated DeltaNet layer's parameters by what they do (the anatomy of a hybrid checkpoint
+# reads the same split): its projections, its gates and decay, its short convolution.
+DELTANET_PARTS = {"in_proj_qkv": "linear_projections", "out_proj": "linear_projections",
+                  "in_proj_z": "linear_gates", "in_proj_b": "linear_gates",
+                  "in_proj_a": "linear_gates", "A_log": "linear_gates",
+                  "dt_bias": "linear_gates", "conv1d": "linear_conv"}
 SHORTCUT_PREFIXES = ("embed_shortcuts.", "backout.")  # the model's own stream shortcuts
 BLOCK_SHORTCUTS = ("x0_mix", "unet_skip")  # those a block holds for its input
 
@@ -90,9 +97,21 @@ def block_kinds(cfg: ModelConfig) -> dict[tuple, list[int]]:
     skips = {i for i in range(cfg.n_layers) if unet_source(i, cfg.n_layers) is not None}
     embeds = set(value_embed_layers(cfg.n_layers)) if cfg.value_embeds else set()
     kinds: dict[tuple, list[int]] = {}
+    mixers = cfg.layer_kinds
     for i in range(cfg.n_layers):
-        kinds.setdefault((i == 0, i in embeds, cfg.unet_skips and i in skips), []).append(i)
+        kinds.setdefault((i == 0, i in embeds, cfg.unet_skips and i in skips, mixers[i]),
+                         []).append(i)
     return kinds
+
+
+def first_layers(cfg: ModelConfig, n: int) -> ModelConfig:
+    """The config with its first n layers only (at most n_layers), each with the mixer it
+    has in the whole stack: a short model that stands for the long one."""
+    n = min(n, cfg.n_layers)
+    if cfg.layer_pattern is None:
+        return replace(cfg, n_layers=n)
+    letter = {kind: key for key, kind in PATTERN_LETTERS.items()}
+    return replace(cfg, n_layers=n, layer_pattern="".join(letter[k] for k in cfg.layer_kinds[:n]))
 
 
 def count_parameters(cfg: ModelConfig) -> ParameterCount:
@@ -109,14 +128,16 @@ def count_parameters(cfg: ModelConfig) -> ParameterCount:
         blocks += [(f"blocks.{layer}.{name}", p.numel(), len(layers))
                    for name, p in block.named_parameters()]
     named: list[tuple[str, int, int]] = []  # in the model's order: the blocks where they sit
-    top = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 3)))  # 3: backout is valid
+    top = build_meta(first_layers(cfg, 3))  # 3: backout is valid
     for name, p in top.named_parameters():
         if not name.startswith("blocks."):
             named.append((name, p.numel(), 1))
         elif blocks:
             named, blocks = named + blocks, []
     by_component: dict[str, int] = {}
-    block_count: dict[str, int] = {"attention": 0, "ffn": 0, "norm": 0}  # + residual where it learns
+    block_count: dict[str, int] = {"ffn": 0, "norm": 0}  # + the mixer's, residual where it learns
+    if cfg.layer_kinds[last] == "attention":
+        block_count = {"attention": 0, **block_count}
     by_stage: dict[str, int] = {}
     stage_totals: dict[str, int] = {}
     for name, n, copies in named:
@@ -150,17 +171,22 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
     blocks, whose first stands for all of them (a 1,024-block stack is described as fast
     as a 2-block one)."""
     count = count_parameters(cfg)
-    model = build_meta(replace(cfg, n_layers=min(cfg.n_layers, 3)))  # 3: backout is valid
+    # Block i's shapes are those of the first traced block with its mixer (the first period
+    # of a layer pattern holds one of each kind), or of block i itself for a residual whose
+    # stream is the history of all writes (attnres): its shape grows block by block.
+    kinds = cfg.layer_kinds
+    period = len(cfg.layer_pattern) if cfg.layer_pattern else 1
+    traced_blocks = cfg.n_layers if RESIDUAL_SPECS[cfg.residual].keeps_history else period
+    model = build_meta(first_layers(cfg, max(3, traced_blocks)))  # 3: backout is valid
+    shown_by = [i if i < traced_blocks else kinds.index(kinds[i]) for i in range(cfg.n_layers)]
 
-    block_stages = ["attn.hook_q", "attn.hook_k", "attn.hook_pattern", "hook_resid_mid",
-                    "hook_resid_post"]
-    # A residual whose stream is the history of all writes (attnres): its shape grows
-    # block by block.
-    traced_blocks = cfg.n_layers if RESIDUAL_SPECS[cfg.residual].keeps_history else 1
-    if traced_blocks > 1:
-        model = build_meta(cfg)
+    def block_stages(i: int) -> list[str]:
+        mixing = ("attn.hook_v", "attn.hook_state_norm") if kinds[i] != "attention" else (
+            "attn.hook_pattern",)
+        return ["attn.hook_q", "attn.hook_k", *mixing, "hook_resid_mid", "hook_resid_post"]
+
     stages = ["hook_embed", *(f"blocks.{i}.{s}" for i in range(traced_blocks)
-                              for s in block_stages), "hook_final"]
+                              for s in block_stages(i)), "hook_final"]
     traced: dict[str, tuple[int, ...]] = {}
 
     def record(t: torch.Tensor, name: str) -> None:
@@ -171,7 +197,7 @@ def summarize(cfg: ModelConfig, n_tokens: int = 5) -> ModelSummary:
         logits = model(idx)
     shapes = [("hook_embed", traced["hook_embed"])]
     for i in range(cfg.n_layers):
-        shapes += [(f"blocks.{i}.{s}", traced[f"blocks.{min(i, traced_blocks - 1)}.{s}"])
-                   for s in block_stages]
+        shapes += [(f"blocks.{i}.{s}", traced[f"blocks.{shown_by[i]}.{s}"])
+                   for s in block_stages(i)]
     shapes += [("hook_final", traced["hook_final"]), ("logits", tuple(logits.shape[1:]))]
     return ModelSummary(count.by_component, count.total, count.block["total"], shapes)

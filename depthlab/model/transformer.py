@@ -22,6 +22,7 @@ from depthlab.model.attention import (
     LayerCache,
     rope_cos_sin,
 )
+from depthlab.model.deltanet import GatedDeltaNet
 from depthlab.model.ffn import make_ffn
 from depthlab.model.ngpt import LogitScale, renormalise
 from depthlab.model.norms import make_norm
@@ -34,17 +35,7 @@ from depthlab.model.shortcuts import (
     unet_skip,
     x0_mix,
 )
-
-# Which of a sublayer's three optional norm slots each placement fills:
-#   in   -> Norm before the sublayer          x + F(Norm(x))        (Pre-LN, GPT-2 onward)
-#   out  -> Norm on the sublayer's output     x + Norm(F(x))        (OLMo 2; with in: sandwich)
-#   post -> Norm after the add                Norm(x + F(x))        (Post-LN, Vaswani 2017)
-NORM_SLOTS = {
-    "pre": ("in",),
-    "post": ("post",),
-    "sandwich": ("in", "out"),
-    "output": ("out",),
-}
+from depthlab.variants import NORM_SLOTS  # which norm slots each placement fills
 
 
 class Block(nn.Module):
@@ -65,7 +56,10 @@ class Block(nn.Module):
 
         self.attn_norm_in, self.attn_norm_out, self.attn_norm_post = (
             slot("in"), slot("out"), slot("post"))
-        self.attn = Attention(cfg, layer)
+        # The token mixer: softmax attention, or a Gated DeltaNet layer (model.mixer and
+        # model.layer_pattern); both read and write the stream through the same slots.
+        self.mixer = cfg.layer_kinds[layer]
+        self.attn = Attention(cfg, layer) if self.mixer == "attention" else GatedDeltaNet(cfg, layer)
         self.mlp_norm_in, self.mlp_norm_out, self.mlp_norm_post = (
             slot("in"), slot("out"), slot("post"))
         self.mlp = make_ffn(cfg)
@@ -179,7 +173,7 @@ class Transformer(HookedModule):
             # Built outside inference mode even when called from it: the table is kept,
             # and an inference tensor could not be saved for a later training backward.
             with torch.inference_mode(False):
-                table = rope_cos_sin(n, self.cfg.head_size, self.cfg.rope_theta, like.dtype,
+                table = rope_cos_sin(n, self.cfg.rotary_dim, self.cfg.rope_theta, like.dtype,
                                      like.device)
             if not torch.compiler.is_compiling():
                 self._rope_tables[key] = table
@@ -260,14 +254,16 @@ class Transformer(HookedModule):
         return self.unembed(x[:, -logits_to_keep:] if logits_to_keep else x)
 
 
-OUTPUT_PROJECTIONS = ("o_proj", "down_proj")  # the linears that write into the residual stream
+# the linears that write into the residual stream (out_proj: a Gated DeltaNet layer's)
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "down_proj")
 
 
 def resets_itself(module: nn.Module) -> bool:
-    """A module whose init is its own `reset_parameters` (a norm, a residual's or a
-    shortcut's scalars and gates, nGPT's scales): everything but the linears and embeddings,
-    whose init is the depth rule of `init_weights`."""
-    return hasattr(module, "reset_parameters") and not isinstance(module, (nn.Linear, nn.Embedding))
+    """A module whose init is its own `reset_parameters`: every depthlab module that has one
+    (a norm, a residual's or a shortcut's scalars and gates, nGPT's scales, a Gated
+    DeltaNet's conv, decay and gated norm). torch's own layers are not: the linears and
+    embeddings take the depth rule of `init_weights`, a conv the module that holds it."""
+    return hasattr(module, "reset_parameters") and type(module).__module__.startswith("depthlab.")
 
 
 def init_weights(model: Transformer, gain: float | None = None) -> None:
@@ -282,9 +278,10 @@ def init_weights(model: Transformer, gain: float | None = None) -> None:
     | ... each, for the residual's design      | times `init_scale(name)` from `init_base(std)` |
     |                                          | (deepnorm: Xavier-normal v/o/FFN times beta)   |
     | every nn.Linear bias                     | 0                                              |
-    | every other module with parameters       | its own `reset_parameters`: a norm's identity, |
+    | every depthlab module with parameters    | its own `reset_parameters`: a norm's identity, |
     |                                          | a residual's, a shortcut's and nGPT's values   |
     |                                          | as their specs' `init` says (depthlab.variants)|
+    |                                          | a Gated DeltaNet's conv, A_log and dt_bias     |
     | with a residual `on_sphere` (nGPT)       | then every weight vector onto the unit sphere  |
 
     The depth scaling lives here alone (`ModelConfig.out_proj_std` and the residual's

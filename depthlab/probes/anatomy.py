@@ -17,24 +17,14 @@ from typing import Any
 
 from depthlab.config import ModelConfig, validate_model
 from depthlab.errors import UserError, read_json_object
-from depthlab.hf.config_map import model_config_from_hf, text_config
+from depthlab.hf.config_map import FULL, LINEAR, model_config_from_hf, text_config
 from depthlab.hf.mapping import ANATOMY, HYBRID_TYPES
 from depthlab.locales import text
 from depthlab.presets import PRESETS, get_preset
 from depthlab.probes.exact import init_scale_text
 from depthlab.probes.exactnum import parse_decimal
 from depthlab.probes.exactnum import text as exact_text
-from depthlab.probes.hybrid import (
-    FULL,
-    LINEAR,
-    TEXT_ONLY,
-    ffn,
-    ffn_shares,
-    full_attention,
-    hybrid_counts,
-    layer_types,
-    linear_attention,
-)
+from depthlab.probes.hybrid import TEXT_ONLY, ffn_shares, mtp_layer, vision_tower
 from depthlab.probes.stages import Shape, Stage, dense_stages, param_counts, q_width
 
 CONFIG_PACKAGE = "depthlab.data"
@@ -58,8 +48,7 @@ def load_hf_config(name_or_path: str) -> dict[str, Any]:
 def model_of(raw: dict[str, Any]) -> ModelConfig:
     """The ModelConfig of a config.json, read by the one Hugging Face mapping
     (depthlab/hf/mapping.py) for anatomy: every family it knows, including GPT-2, Mistral
-    and, for a hybrid, the model its full-attention layers would make if every layer
-    were one (`hybrid_anatomy` counts the real mix)."""
+    and the hybrid trunk of Qwen3.5 (its layer kinds as model.layer_pattern)."""
     return model_config_from_hf(raw, ANATOMY)[0]
 
 
@@ -166,37 +155,39 @@ def anatomy_of(name_or_path: str, tokens: int = 5) -> Anatomy:
     return anatomy(model_of(raw), tokens, name=name, source=source)
 
 
-def _rotated_dims(tc: dict[str, Any], head: int, default: float) -> int:
-    """Head dimensions RoPE turns: partial_rotary_factor (top level or in rope_parameters)."""
-    rope = tc.get("rope_parameters") if isinstance(tc.get("rope_parameters"), dict) else {}
-    factor = tc.get("partial_rotary_factor", rope.get("partial_rotary_factor", default))
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-        raise UserError(f"config.json: partial_rotary_factor must be a number in (0, 1], "
-                        f"got {factor!r}")
-    return int(head * factor)
-
-
 def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> Anatomy:
-    """A hybrid checkpoint: the shapes of its full-attention and linear-attention layers,
-    and its parameters counted as it really is (depthlab/probes/hybrid.py): linear
-    attention, vision tower and MTP layers each a component (and a stage) of their own."""
+    """A hybrid checkpoint: the shapes of its full-attention and Gated DeltaNet layers, and
+    its parameters counted from depthlab's own model of its trunk built on the meta device
+    (model.layer_pattern from its layer_types), with the vision tower and MTP layers each a
+    component (and a stage) of their own (depthlab/probes/hybrid.py)."""
     _check_tokens(tokens)
     m = validate_model(model_of(raw))
     tc = text_config(raw)
-    counts = hybrid_counts(raw, m)
-    kinds = layer_types(tc)
-    n_full, n_linear = kinds.count(FULL), kinds.count(LINEAR)
+    counts = dict(param_counts(m).by_component)
+    if isinstance(raw.get("vision_config"), dict):
+        counts["vision"] = vision_tower(raw["vision_config"])
+    mtp = tc.get("mtp_num_hidden_layers", 0)
+    if mtp:
+        if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+            raise UserError(f"config.json: mtp_num_hidden_layers must be a whole number, "
+                            f"got {mtp!r}")
+        counts["mtp"] = mtp * mtp_layer(m)
+    kinds = m.layer_kinds
+    n_full, n_linear = kinds.count("attention"), kinds.count("gated_deltanet")
     share, text_share = ffn_shares(counts)
-    full, lin = full_attention(m, tc), linear_attention(tc)
-    nv, dv = tc.get("linear_num_value_heads", 32), tc.get("linear_value_head_dim", 128)
-    key_dim = tc.get("linear_num_key_heads", 16) * tc.get("linear_key_head_dim", 128)
+    mixer = m.mixer_params
+    attn_layer, lin_layer = mixer["attention"], mixer["gated_deltanet"]  # with their norms
+    qk_norms = attn_layer - (m.d_model * m.n_heads * m.head_size * (2 if m.attn_gate else 1)
+                             + 2 * m.d_model * m.kv_heads * m.head_size
+                             + m.n_heads * m.head_size * m.d_model)
+    nv, dv = m.linear_v_heads, m.linear_v_dim
+    key_dim = m.linear_k_heads * m.linear_k_dim
     T, d = tokens, m.d_model
+    ffn = 3 * d * m.ffn_hidden
     per_stage = {"embedding": counts["embedding"], "attn_norm": d, "ffn_norm": d,
-                 "ffn": ffn(tc), "final_norm": d, "lm_head": counts.get("lm_head", 0)}
-    dense = dense_stages(m, T, per_stage, rotated=_rotated_dims(tc, m.head_size, 0.25))
+                 "ffn": ffn, "final_norm": d, "lm_head": counts.get("lm_head", 0)}
+    dense = dense_stages(m, T, per_stage, rotated=m.rotary_dim)
     at = next(i for i, st in enumerate(dense) if st.key == "attention")
-    attn_layer = full["attention"] + full["norm"]  # with its QK-norm scales
-    lin_layer = sum(lin.values())  # projections, gates, conv, gated norm
     linear = Stage("linear_attention", (T, d), n_linear * lin_layer, n_linear, lin_layer,
                    label="linear attn write (out_proj)",
                    inner=(("linear attn in_proj_qkv (q | k | v)", (T, 2 * key_dim + nv * dv)),
@@ -204,9 +195,9 @@ def hybrid_anatomy(raw: dict[str, Any], tokens: int, name: str, source: str) -> 
     stages = (*dense[:at], replace(dense[at], layers=n_full, params_per_layer=attn_layer,
                                    params=n_full * attn_layer), linear, *dense[at + 1:],
               *(Stage(k, (), counts[k]) for k in TEXT_ONLY if k in counts))
-    per_layer = {"attention": full["attention"], "ffn": ffn(tc), "norm": 2 * d + full["norm"]}
+    per_layer = {"attention": attn_layer - qk_norms, "ffn": ffn, "norm": 2 * d + qk_norms}
     per_layer["total"] = sum(per_layer.values())
-    per_layer["linear_attention"] = lin_layer - lin["norm"]
+    per_layer["linear_attention"] = lin_layer - dv  # without its gated norm
     other = [k for k in TEXT_ONLY if k in counts]
     return Anatomy(
         name=name, source=source, model=m, tokens=T, stages=stages,

@@ -62,7 +62,7 @@ def dense_stages(m: ModelConfig, T: int, params: dict[str, int],
                   ("attention scores", (H, T, T)), ("attention output (o_proj in)", (T, H * E)))
     learned = m.position == "learned"
     stages = [Stage("embedding", (T, d), params.get("embedding", 0), label="embedding"),
-              Stage("positions", (T, d) if learned else (T, (rotated or E) // 2),
+              Stage("positions", (T, d) if learned else (T, (rotated or m.rotary_dim) // 2),
                     params.get("positions", 0))]
     for sub, label, inner in (("attention", "attention write", attn_inner),
                               ("ffn", "ffn write", (("ffn hidden", (T, m.ffn_hidden)),))):
