@@ -19,7 +19,6 @@ from depthlab.config import (
     PLACEMENTS,
     POSITIONS,
     RESIDUALS,
-    WIDE_RESIDUALS,
     ConfigError,
     ModelConfig,
     validate_model,
@@ -29,7 +28,7 @@ from depthlab.memory import estimate
 from depthlab.model import Transformer
 from depthlab.model.deltanet import GatedDeltaNet
 from depthlab.presets import get_preset
-from depthlab.variants import MIXER_SPECS, SHORTCUT_SPECS
+from depthlab.variants import MIXER_SPECS, SHORTCUT_SPECS, keys_where
 
 HYBRID = ModelConfig(vocab_size=40, context_len=96, n_layers=4, d_model=32, n_heads=4,
                      mixer="gated_deltanet", layer_pattern="LA", linear_key_heads=2,
@@ -75,7 +74,7 @@ def variants_of(base: ModelConfig) -> list[tuple[str, ModelConfig]]:
     out += [(f"position={p}", replace(base, position=p, rope_fraction=1.0)) for p in POSITIONS]
     out += [(f"norm_scale={n}", replace(base, norm_scale=n)) for n in NORM_SCALES]
     out += [(f"residual={r},streams=3", replace(base, residual=r, streams=3))
-            for r in WIDE_RESIDUALS]
+            for r in keys_where(lambda s: s.widens_copies)]
     for f in fields(ModelConfig):
         if f.type in ("bool", bool):
             out.append((f"{f.name}={not getattr(base, f.name)}",
