@@ -137,24 +137,11 @@ class BPETokenizer:
     def train(cls, text: str, vocab_size: int,
               special_tokens: Sequence[str] = ()) -> BPETokenizer:
         """Merges learnt from the text between the special tokens (so no merge crosses or
-        enters one); the special tokens take the first ids and count in vocab_size."""
-        from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
-        from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
-
+        enters one), counted as encoding splits it (`training_texts`); the special tokens
+        take the first ids and count in vocab_size."""
         specials = check_special_tokens(special_tokens)
-        tok = HFTokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, show_progress=False,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            special_tokens=[AddedToken(t, special=True, normalized=False) for t in specials],
-        )
-        # Lines as the training iterator keep memory flat on large corpora.
-        pattern = special_pattern(specials)
-        pieces = (line for piece, special in split_specials(text, pattern) if not special
-                  for line in piece.splitlines(keepends=True))
-        tok.train_from_iterator(pieces, trainer=trainer)
+        tok, trainer = untrained_bpe(vocab_size, specials)
+        tok.train_from_iterator(training_texts(text, specials), trainer=trainer)
         return cls(tok)
 
     @property
@@ -209,6 +196,37 @@ class BPETokenizer:
 
     def save(self, path: Path) -> None:
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
+
+
+def untrained_bpe(vocab_size: int, specials: Sequence[str]) -> tuple[Any, Any]:
+    """A byte-level BPE `tokenizers.Tokenizer` (GPT-2's split, no prefix space) and the
+    trainer that fills it with `vocab_size` ids, the special tokens first."""
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
+
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in specials],
+    )
+    return tok, trainer
+
+
+def training_texts(text: str, specials: Sequence[str],
+                   chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
+    """The text between the special tokens as the BPE trainer should count it: the
+    pre-tokens that encoding the whole text makes. Fed line by line, the trainer never saw
+    a newline followed by indentation (encoding joins them: "\n   " then " def"), so it
+    could not learn them; fed whole, it would hold a copy of the corpus. Chunks of about
+    `chunk_chars`, cut only where the pre-tokenizer splits anyway (depthlab.tokstream),
+    give the counts of the whole text in memory of about one chunk."""
+    for piece, special in split_specials(text, special_pattern(specials)):
+        if not special:
+            slices = (piece[i:i + chunk_chars] for i in range(0, len(piece), chunk_chars))
+            yield from chunks(slices, (), True, chunk_chars)
 
 
 def _unstreamable(hf: Any) -> str | None:
@@ -302,6 +320,8 @@ def cache_key(corpus_sha256: str, data: DataConfig) -> str:
                 "val_fraction": data.val_fraction}
     if run_special_tokens(data):  # absent otherwise: the keys of earlier entries stay
         settings["special_tokens"] = run_special_tokens(data)
+    if data.tokenizer == "bpe":  # merges counted over documents, not lines: other ids
+        settings["bpe_counts"] = "documents"
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return f"{data.tokenizer}-{corpus_sha256[:12]}-{digest}"
 
