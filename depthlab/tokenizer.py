@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from depthlab.atomic import atomic_write, atomic_write_text
+from depthlab.bpe_corpus import CorpusEncoder, CutMismatch, fast_path_refusal
 from depthlab.config import DataConfig
 from depthlab.corpus import DOC_SEPARATOR, load_corpus
 from depthlab.errors import UserError, read_json_object
@@ -158,6 +159,21 @@ class BPETokenizer:
 
     def encode_batch(self, lines: list[str]) -> list[list[int]]:
         return [e.ids for e in self.hf.encode_batch(lines)]
+
+    def encode_corpus(self, text: str, dtype: Any = np.uint32) -> np.ndarray:
+        """encode(text) as an array, for a corpus: each distinct stretch between the places
+        where encoding splits anyway is encoded once (depthlab.bpe_corpus says how and
+        why). A tokenizer that cannot be cut exactly is encoded whole."""
+        if _unstreamable(self.hf) is None and fast_path_refusal(self.hf) is None:
+            prefix, suffix = self._stream_frame()
+            try:
+                body = CorpusEncoder(self.hf).encode(text, np.dtype(dtype))
+            except CutMismatch:
+                pass
+            else:
+                return np.concatenate([np.asarray(prefix, dtype), body,
+                                       np.asarray(suffix, dtype)])
+        return np.asarray(self.encode(text), dtype=dtype)
 
     def encode_iterable(self, lines: Iterable[str],
                         chunk_chars: int = CHUNK_CHARS) -> Iterator[int]:
@@ -327,19 +343,12 @@ def cache_key(corpus_sha256: str, data: DataConfig) -> str:
 
 
 def _encode_all(tok: Tokenizer, text: str) -> np.ndarray:
+    """encode(text) as the cache stores it: the ids the model then reads at generation
+    time too (once line by line, which split a newline from the indentation after it)."""
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
-    if tok.special_tokens:
-        # Exactly encode(text), so a special token is one id wherever the lines break.
-        return np.fromiter(tok.encode_iterable([text]), dtype=dtype)
     if isinstance(tok, BPETokenizer):
-        # Line by line in parallel (encode_batch); the ids still decode to the exact text.
-        lines = text.splitlines(keepends=True)
-        ids: list[int] = []
-        for chunk in tok.encode_batch(lines):
-            ids.extend(chunk)
-    else:
-        ids = tok.encode(text)
-    return np.asarray(ids, dtype=dtype)
+        return tok.encode_corpus(text, dtype)
+    return np.asarray(tok.encode(text), dtype=dtype)
 
 
 def prepare_data(data: DataConfig, root: Path | None = None) -> TokenData:

@@ -25,6 +25,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from depthlab.errors import UserError
 
 CHUNK_CHARS = 1 << 16  # characters per chunk handed to the encoder
+# Text between special tokens cut at every place where byte-level BPE may be cut (the
+# rule of `chunks`: before a space or newline that follows a non-space character, `\s`
+# being str.isspace): findall gives pieces that join back to the text and encode alone.
+SEGMENTS = re.compile(r"(?s:.)[^ \n]*(?:(?<=\s)[ \n][^ \n]*)*")
 
 
 def check_special_tokens(tokens: Sequence[str], field: str = "special_tokens") -> list[str]:
