@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from depthlab import bpe_train
 from depthlab.atomic import atomic_write, atomic_write_text
 from depthlab.bpe_corpus import CorpusEncoder, CutMismatch, fast_path_refusal
 from depthlab.config import DataConfig
@@ -135,15 +136,20 @@ class BPETokenizer:
         self.hf = hf_tokenizer
 
     @classmethod
-    def train(cls, text: str, vocab_size: int,
-              special_tokens: Sequence[str] = ()) -> BPETokenizer:
+    def train(cls, text: str, vocab_size: int, special_tokens: Sequence[str] = (),
+              what: str = "the text") -> BPETokenizer:
         """Merges learnt from the text between the special tokens (so no merge crosses or
         enters one), counted as encoding splits it (`training_texts`); the special tokens
-        take the first ids and count in vocab_size."""
+        take the first ids and count in vocab_size. Refused up front when it may not fit
+        in memory; trained in a child process that Ctrl-C or SIGTERM stops at once
+        (depthlab.bpe_train). `what` names the text in those messages."""
+        from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
+
         specials = check_special_tokens(special_tokens)
-        tok, trainer = untrained_bpe(vocab_size, specials)
-        tok.train_from_iterator(training_texts(text, specials), trainer=trainer)
-        return cls(tok)
+        bpe_train.check_fits(text, vocab_size, what)
+        trained = bpe_train.train_json(training_texts(text, specials), vocab_size, specials,
+                                       what)
+        return cls(HFTokenizer.from_str(trained))
 
     @property
     def vocab_size(self) -> int:
@@ -212,23 +218,6 @@ class BPETokenizer:
 
     def save(self, path: Path) -> None:
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
-
-
-def untrained_bpe(vocab_size: int, specials: Sequence[str]) -> tuple[Any, Any]:
-    """A byte-level BPE `tokenizers.Tokenizer` (GPT-2's split, no prefix space) and the
-    trainer that fills it with `vocab_size` ids, the special tokens first."""
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
-    from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
-
-    tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=[AddedToken(t, special=True, normalized=False) for t in specials],
-    )
-    return tok, trainer
 
 
 def training_texts(text: str, specials: Sequence[str],
@@ -304,7 +293,7 @@ def train_tokenizer(text: str, data: DataConfig) -> Tokenizer:
     specials = run_special_tokens(data)
     if data.tokenizer == "char":
         return CharTokenizer.train(text, specials)
-    return BPETokenizer.train(text, data.bpe_vocab, specials)
+    return BPETokenizer.train(text, data.bpe_vocab, specials, what=f"corpus {data.corpus!r}")
 
 
 # --- the token cache -----------------------------------------------------------------

@@ -4,7 +4,8 @@ import json
 import re
 from pathlib import Path
 
-from depthlab.tokenizer import BPETokenizer, training_texts, untrained_bpe
+from depthlab.bpe_train import untrained_bpe
+from depthlab.tokenizer import BPETokenizer, training_texts
 
 DATA = Path(__file__).parent / "data"
 ENGLISH = (DATA / "tiny_shakespeare.txt").read_text(encoding="utf-8")
