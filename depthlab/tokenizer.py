@@ -224,7 +224,7 @@ def training_texts(text: str, specials: Sequence[str],
                    chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
     """The text between the special tokens as the BPE trainer should count it: the
     pre-tokens that encoding the whole text makes. Fed line by line, the trainer never saw
-    a newline followed by indentation (encoding joins them: "\n   " then " def"), so it
+    a newline followed by indentation (encoding joins them: "\\n   " then " def"), so it
     could not learn them; fed whole, it would hold a copy of the corpus. Chunks of about
     `chunk_chars`, cut only where the pre-tokenizer splits anyway (depthlab.tokstream),
     give the counts of the whole text in memory of about one chunk."""
