@@ -20,7 +20,8 @@ SPECIALS = ["<|endoftext|>", "<|endoftext|><|endoftext|>", "<|文|>"]
 # Pieces that stress GPT-2's split and the cuts: whitespace runs across line ends, Python's
 # extra whitespace (\x1c, \x85), contractions, digits, Chinese, special tokens and parts.
 PIECES = [" ", "  ", "\n", "\n\n", "\t", " \n", "\r\n", "\u3000", "\x1c", "\x85", "\xa0",
-          "'s", "'", "s", "the", " cat", "12", "!", "?!", "。", "红楼", "é", "<|", "|>",
+          "'s", "'", "s", "the", " cat", "12", "!", "?!", ",", ".", "x;", "é.", "1:", "。",
+          "红楼", "é", "<|", "|>",
           "    return", "\n    ", *SPECIALS]
 CODE = "".join(f"def f{i}(x):  \n    if x:\n        return {i}\n\n" for i in range(80))
 FIXED = CODE + ENGLISH[:3000] + "a  \n  b\t\n\x1c x\x85 y" + CHINESE[:1000]
@@ -64,14 +65,15 @@ def test_corpus_ids_equal_encode_on_any_mix(tokenizers, small_blocks, text):
 
 @settings(max_examples=200, deadline=None)
 @given(text=texts)
-def test_segments_start_exactly_where_chunks_may_cut(text):
-    """Byte-level text may be cut before a space or newline that follows a non-space
-    character (depthlab.tokstream.chunks' rule): SEGMENTS cuts there and nowhere else."""
+def test_segments_start_exactly_where_byte_level_text_may_be_cut(text):
+    """Before a space or newline that follows a non-space character (depthlab.tokstream.
+    chunks' rule), and between an ASCII letter and , . ; : ! ?: there and nowhere else."""
     segments = SEGMENTS.findall(text)
     assert "".join(segments) == text
     starts = set(np.cumsum([0, *map(len, segments)])[1:-1].tolist())
     assert starts == {p for p in range(1, len(text))
-                      if text[p] in " \n" and not text[p - 1].isspace()}
+                      if (text[p] in " \n" and not text[p - 1].isspace())
+                      or (text[p] in ",.;:!?" and text[p - 1].isascii() and text[p - 1].isalpha())}
 
 
 def test_a_tokenizer_the_fast_path_cannot_cut_is_encoded_whole(tokenizers):
