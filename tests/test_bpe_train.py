@@ -104,3 +104,30 @@ def test_a_signal_stops_bpe_training_at_once(tmp_path, sig):
     assert err.strip() == "depthlab: interrupted"
     assert not out.exists()
     assert not Path(f"/proc/{child}").exists()
+
+
+REFUSED = """
+import sys
+import depthlab.bpe_train as bpe_train
+bpe_train.available_bytes = lambda: 50 << 20
+from depthlab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_the_train_command_refuses_in_one_line_and_leaves_no_out(tmp_path):
+    corpus = tmp_path / "big.txt"
+    corpus.write_text("the cat sat on the mat\n" * 50_000, encoding="utf-8")
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", REFUSED, "train", "--preset", "tiny",
+                           "--corpus", str(corpus), "--tokenizer", "bpe", "--out", str(out),
+                           "--no-progress"], capture_output=True, text=True, timeout=300,
+                          cwd=REPO, env=os.environ | {"OMP_NUM_THREADS": "1",
+                                                      "DEPTHLAB_CACHE": str(tmp_path / "c"),
+                                                      "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith(f"depthlab: error: corpus {str(corpus)!r}: BPE")
+    assert "50.0 MB is free" in line
+    assert not out.exists()
