@@ -25,7 +25,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from depthlab import bpe_train
 from depthlab.atomic import atomic_write, atomic_write_text
+from depthlab.bpe_corpus import CorpusEncoder, CutMismatch, fast_path_refusal
 from depthlab.config import DataConfig
 from depthlab.corpus import DOC_SEPARATOR, load_corpus
 from depthlab.errors import UserError, read_json_object
@@ -134,28 +136,20 @@ class BPETokenizer:
         self.hf = hf_tokenizer
 
     @classmethod
-    def train(cls, text: str, vocab_size: int,
-              special_tokens: Sequence[str] = ()) -> BPETokenizer:
+    def train(cls, text: str, vocab_size: int, special_tokens: Sequence[str] = (),
+              what: str = "the text") -> BPETokenizer:
         """Merges learnt from the text between the special tokens (so no merge crosses or
-        enters one); the special tokens take the first ids and count in vocab_size."""
-        from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
+        enters one), counted as encoding splits it (`training_texts`); the special tokens
+        take the first ids and count in vocab_size. Refused up front when it may not fit
+        in memory; trained in a child process that Ctrl-C or SIGTERM stops at once
+        (depthlab.bpe_train). `what` names the text in those messages."""
         from tokenizers import Tokenizer as HFTokenizer  # only BPE runs load it
 
         specials = check_special_tokens(special_tokens)
-        tok = HFTokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, show_progress=False,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            special_tokens=[AddedToken(t, special=True, normalized=False) for t in specials],
-        )
-        # Lines as the training iterator keep memory flat on large corpora.
-        pattern = special_pattern(specials)
-        pieces = (line for piece, special in split_specials(text, pattern) if not special
-                  for line in piece.splitlines(keepends=True))
-        tok.train_from_iterator(pieces, trainer=trainer)
-        return cls(tok)
+        bpe_train.check_fits(text, vocab_size, what)
+        trained = bpe_train.train_json(training_texts(text, specials), vocab_size, specials,
+                                       what)
+        return cls(HFTokenizer.from_str(trained))
 
     @property
     def vocab_size(self) -> int:
@@ -171,6 +165,21 @@ class BPETokenizer:
 
     def encode_batch(self, lines: list[str]) -> list[list[int]]:
         return [e.ids for e in self.hf.encode_batch(lines)]
+
+    def encode_corpus(self, text: str, dtype: Any = np.uint32) -> np.ndarray:
+        """encode(text) as an array, for a corpus: each distinct stretch between the places
+        where encoding splits anyway is encoded once (depthlab.bpe_corpus says how and
+        why). A tokenizer that cannot be cut exactly is encoded whole."""
+        if _unstreamable(self.hf) is None and fast_path_refusal(self.hf) is None:
+            prefix, suffix = self._stream_frame()
+            try:
+                body = CorpusEncoder(self.hf).encode(text, np.dtype(dtype))
+            except CutMismatch:
+                pass
+            else:
+                return np.concatenate([np.asarray(prefix, dtype), body,
+                                       np.asarray(suffix, dtype)])
+        return np.asarray(self.encode(text), dtype=dtype)
 
     def encode_iterable(self, lines: Iterable[str],
                         chunk_chars: int = CHUNK_CHARS) -> Iterator[int]:
@@ -209,6 +218,20 @@ class BPETokenizer:
 
     def save(self, path: Path) -> None:
         atomic_write(Path(path), lambda tmp: self.hf.save(str(tmp)))
+
+
+def training_texts(text: str, specials: Sequence[str],
+                   chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
+    """The text between the special tokens as the BPE trainer should count it: the
+    pre-tokens that encoding the whole text makes. Fed line by line, the trainer never saw
+    a newline followed by indentation (encoding joins them: "\\n   " then " def"), so it
+    could not learn them; fed whole, it would hold a copy of the corpus. Chunks of about
+    `chunk_chars`, cut only where the pre-tokenizer splits anyway (depthlab.tokstream),
+    give the counts of the whole text in memory of about one chunk."""
+    for piece, special in split_specials(text, special_pattern(specials)):
+        if not special:
+            slices = (piece[i:i + chunk_chars] for i in range(0, len(piece), chunk_chars))
+            yield from chunks(slices, (), True, chunk_chars)
 
 
 def _unstreamable(hf: Any) -> str | None:
@@ -270,7 +293,7 @@ def train_tokenizer(text: str, data: DataConfig) -> Tokenizer:
     specials = run_special_tokens(data)
     if data.tokenizer == "char":
         return CharTokenizer.train(text, specials)
-    return BPETokenizer.train(text, data.bpe_vocab, specials)
+    return BPETokenizer.train(text, data.bpe_vocab, specials, what=f"corpus {data.corpus!r}")
 
 
 # --- the token cache -----------------------------------------------------------------
@@ -302,24 +325,19 @@ def cache_key(corpus_sha256: str, data: DataConfig) -> str:
                 "val_fraction": data.val_fraction}
     if run_special_tokens(data):  # absent otherwise: the keys of earlier entries stay
         settings["special_tokens"] = run_special_tokens(data)
+    if data.tokenizer == "bpe":  # merges counted over documents, not lines: other ids
+        settings["bpe_counts"] = "documents"
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return f"{data.tokenizer}-{corpus_sha256[:12]}-{digest}"
 
 
 def _encode_all(tok: Tokenizer, text: str) -> np.ndarray:
+    """encode(text) as the cache stores it: the ids the model then reads at generation
+    time too (once line by line, which split a newline from the indentation after it)."""
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
-    if tok.special_tokens:
-        # Exactly encode(text), so a special token is one id wherever the lines break.
-        return np.fromiter(tok.encode_iterable([text]), dtype=dtype)
     if isinstance(tok, BPETokenizer):
-        # Line by line in parallel (encode_batch); the ids still decode to the exact text.
-        lines = text.splitlines(keepends=True)
-        ids: list[int] = []
-        for chunk in tok.encode_batch(lines):
-            ids.extend(chunk)
-    else:
-        ids = tok.encode(text)
-    return np.asarray(ids, dtype=dtype)
+        return tok.encode_corpus(text, dtype)
+    return np.asarray(tok.encode(text), dtype=dtype)
 
 
 def prepare_data(data: DataConfig, root: Path | None = None) -> TokenData:

@@ -25,6 +25,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from depthlab.errors import UserError
 
 CHUNK_CHARS = 1 << 16  # characters per chunk handed to the encoder
+# Text between special tokens cut where byte-level BPE may be cut: the rule of `chunks`
+# (before a space or newline that follows a non-space character, `\s` being str.isspace),
+# and between an ASCII letter and one of , . ; : ! ? (GPT-2's letter run ends at the
+# mark whatever follows, and the mark starts a fresh match, as after a cut by `chunks`).
+# findall gives pieces that join back to the text and encode alone; the second rule
+# makes " lord," and " lord." one distinct " lord" (and 44% fewer distinct characters in
+# Shakespeare, depthlab.bpe_corpus).
+SEGMENTS = re.compile(r"(?s:.)[^ \n,.;:!?]*(?:(?:(?<=\s)[ \n]|(?<![A-Za-z])[,.;:!?])[^ \n,.;:!?]*)*")
 
 
 def check_special_tokens(tokens: Sequence[str], field: str = "special_tokens") -> list[str]:

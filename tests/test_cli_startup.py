@@ -132,6 +132,7 @@ TORCH_FREE = [
     "depthlab", "depthlab.atomic", "depthlab.config", "depthlab.errors", "depthlab.locales",
     "depthlab.memory", "depthlab.presets", "depthlab.progress", "depthlab.corpus",
     "depthlab.metrics", "depthlab.rundir", "depthlab.outdir", "depthlab.tokenizer", "depthlab.tokstream",
+    "depthlab.bpe_corpus", "depthlab.bpe_train",
     "depthlab.numtext", "depthlab.threads", "depthlab.variants", "depthlab.sigfig",
     "depthlab.cli", "depthlab.cli.anatomy_cmd", "depthlab.cli.common", "depthlab.cli.experiment_cmd",
     "depthlab.cli.generate_cmd", "depthlab.cli.hf_cmd", "depthlab.cli.model_cmd",
