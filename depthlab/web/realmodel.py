@@ -4,8 +4,9 @@ probes (`depthlab.probes.realmodel`) of one run on one prompt.
 A probe of SmolLM2 takes seconds (30 skip-one-block passes), so each (run, prompt,
 target) is computed once and kept on disk under RUNS/.cache/realmodel/, keyed by the
 run's weights (path, size, modification time): a cached view is one file read, and
-a retrained or re-imported run is measured again. Computation shares the page's one
-lock, so the server still works on one probe at a time.
+a retrained or re-imported run is measured again. A cached view is read on the cheap
+path; a computation runs on the server's heavy pool (depthlab.web.pool) under this
+router's own lock, one real-model probe at a time.
 
     GET  /api/realmodel/runs     the runs the page can probe
     GET  /api/realmodel/prompts  shipped prompts (en, zh) and each section's question
@@ -23,6 +24,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from depthlab import rundir
 from depthlab.corpus import LANGUAGES
@@ -30,6 +32,7 @@ from depthlab.errors import UserError
 from depthlab.locales import texts
 from depthlab.progress import Progress
 from depthlab.web.messages import refusal
+from depthlab.web.pool import HeavyPool
 from depthlab.web.schemas import error_responses
 
 MAX_PROMPT_CHARS = 400
@@ -137,6 +140,11 @@ class RealModelProbes:
                           req.target], ensure_ascii=False)
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
         return self.root / CACHE_DIR / f"{digest}.json"
+
+    def cached(self, req: ProbeRequest) -> dict[str, Any] | None:
+        """The probe's answer from the disk cache, or None: one file read, no torch."""
+        cached = _read(self.cache_path(self.run_dir(req.run), req))
+        return None if cached is None else {**cached, "cached": True}
 
     def probe(self, req: ProbeRequest) -> dict[str, Any]:
         run = self.run_dir(req.run)
@@ -311,8 +319,8 @@ def static_results(root: Path, progress: bool = False) -> dict[str, Any]:
     return out
 
 
-def router(root: Path, lock: threading.Lock) -> APIRouter:
-    probes = RealModelProbes(root, lock)
+def router(root: Path, pool: HeavyPool) -> APIRouter:
+    probes = RealModelProbes(root, threading.Lock())
     api = APIRouter(prefix="/api/realmodel", tags=["real model"])
 
     @api.get("/runs", summary="Run directories under --runs (trained, imported) the probes read")
@@ -330,8 +338,9 @@ def router(root: Path, lock: threading.Lock) -> APIRouter:
         return body
 
     @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)",
-              responses=error_responses(400, 404))
-    def probe(req: Annotated[ProbeRequest, Body()]) -> dict:
-        return probes.probe(req)
+              responses=error_responses(400, 404, 503))
+    async def probe(req: Annotated[ProbeRequest, Body()]) -> dict:
+        found = await run_in_threadpool(probes.cached, req)
+        return found if found is not None else await pool.run(probes.probe, req)
 
     return api
