@@ -87,6 +87,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def check_pool(args: argparse.Namespace) -> None:
+    """--workers and --queue within their bounds (checked before lab's data step)."""
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
+    if not 0 <= args.queue <= MAX_QUEUE:
+        raise UserError(f"--queue must be between 0 and {MAX_QUEUE}, got {args.queue}")
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -96,10 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     check_threads(args.threads)
-    if not 1 <= args.workers <= MAX_WORKERS:
-        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
-    if not 0 <= args.queue <= MAX_QUEUE:
-        raise UserError(f"--queue must be between 0 and {MAX_QUEUE}, got {args.queue}")
+    check_pool(args)
     loopback = _is_loopback(args.host)
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
     if not loopback:
@@ -129,6 +134,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_lab(args: argparse.Namespace) -> int:
     check_threads(args.threads)
+    check_pool(args)
     export = args.runs / LAB_EXPERIMENT / "export.json"
     if export.is_file():
         print(f"depthlab: data found: {export}")
