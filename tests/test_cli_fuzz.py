@@ -717,6 +717,9 @@ case("threads-hf-import", lambda tmp, w: hf_import(str(w.hf), tmp, "--threads", 
 case("threads-experiment", lambda tmp, w: ["experiment", "residual", "--budget", "micro",
                                            "--out", str(tmp / "exp"), "--threads", "555555"])
 case("threads-serve", lambda tmp, w: ["serve", "--port", "0", "--threads", "444444"])
+case("workers-serve", lambda tmp, w: ["serve", "--port", "0", "--workers", "0"])
+case("workers-lab", lambda tmp, w: ["lab", "--runs", str(tmp / "runs"), "--workers", "100000"])
+case("queue-serve", lambda tmp, w: ["serve", "--port", "0", "--queue", "-1"])
 case("threads-lab", lambda tmp, w: ["lab", "--runs", str(tmp / "runs"), "--threads", "-3"])
 case("threads-not-a-number", lambda tmp, w: ["generate", "--run", str(w.run), "--prompt", "R",
                                              "--threads", "two"])

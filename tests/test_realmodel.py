@@ -76,6 +76,46 @@ def test_skipping_a_block_without_writes_costs_nothing_and_the_others_cost_somet
     assert all(abs(x) > 1e-5 for i, x in enumerate(d) if i != 2)
 
 
+def _ablation_one_by_one(model: Transformer, idx: torch.Tensor, base: float) -> list[float]:
+    """The definition: a whole pass per block with that block's two writes zeroed."""
+    from depthlab.probes.realmodel import next_token_loss
+
+    zero = lambda t, _name: torch.zeros_like(t)
+    out = []
+    for i in range(model.cfg.n_layers):
+        with torch.no_grad(), model.hooks(fwd=[(f"blocks.{i}.hook_attn_write", zero),
+                                               (f"blocks.{i}.hook_mlp_write", zero)]):
+            out.append(next_token_loss(model(idx), idx) - base)
+    return out
+
+
+@pytest.mark.parametrize("changes", [{}, {"placement": "post"}, {"residual": "mhc", "streams": 2},
+                                     {"x0_mix": "true"}, {"value_residual": "true"}])
+def test_the_batched_ablation_is_the_one_pass_per_block_ablation(changes, monkeypatch):
+    """Copies started at their own block (a model whose blocks pass only the stream) or
+    batches of whole passes (the others), with batches forced small so both batch and
+    remainder run: the same losses as one whole pass per block, to float32 rounding."""
+    from depthlab.probes import realmodel as rm
+
+    model = _model(seed=4, n_layers=5, **changes)
+    with torch.no_grad():  # writes large enough that removing one moves the loss
+        for block in model.blocks:
+            block.attn.o_proj.weight.mul_(20)
+            block.mlp.down_proj.weight.mul_(20)
+    idx = torch.tensor([IDS])
+    monkeypatch.setattr(rm, "ABLATION_BATCH_BYTES", 2 * len(IDS) * model.cfg.vocab_size * 4)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(idx, names=[f"blocks.{i}.hook_resid_pre" for i in range(5)])
+    base = rm.next_token_loss(logits, idx)
+    pre = [cache[f"blocks.{i}.hook_resid_pre"] for i in range(5)]
+    want = _ablation_one_by_one(model, idx, base)
+    assert max(map(abs, want)) > 1e-4  # the blocks matter, so the comparison means something
+    for given in (pre, None):
+        got = rm.ablation_probes(model, idx, base, given)["delta_loss"]
+        assert got == pytest.approx(want, rel=1e-3, abs=5e-6), (changes, given is None)
+    assert rm._steps_alone(model) == (not changes.keys() & {"x0_mix", "value_residual"})
+
+
 def test_a_planted_massive_activation_is_found_at_its_dimension_and_token():
     model = _model(seed=3)
     token, dim, pos = IDS[5], 11, 5

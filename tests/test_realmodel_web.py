@@ -107,6 +107,37 @@ def test_a_reimported_run_is_measured_again(runs, client, tmp_path):
     assert after["cached"] is False and after["result"]["loss"] != before["result"]["loss"]
 
 
+def test_a_second_probe_does_not_load_the_model_again(runs, monkeypatch):
+    """The server keeps a run's model and tokenizer: new prompts (not in the disk cache)
+    cost their probes, not a load. Counted by wrapping rundir.load_model."""
+    loads = []
+    real = rundir.load_model
+    monkeypatch.setattr(rundir, "load_model", lambda run, **kw: loads.append(run) or real(run, **kw))
+    c = page_client(runs)
+    for p in PROMPTS[:3]:
+        req = {"run": "residual/runs/course-4", "prompt": p["text"] + " (counted)"}
+        r = c.post("/api/realmodel/probe", json=req)
+        assert r.status_code == 200 and r.json()["cached"] is False, r.text
+    assert len(loads) == 1
+
+
+def test_the_loaded_runs_are_bounded_and_follow_the_files(runs, monkeypatch):
+    from depthlab.web.realmodel import LoadedRuns
+
+    kept = LoadedRuns(kept=1)
+    a, b = runs / "residual" / "runs" / "course-4", runs / "tiny-gguf"
+    for run in (a, b, a, a):
+        kept.get(run)
+    assert kept.loads == 3 and len(kept._runs) == 1  # b pushed a out; a then stayed
+    weights = a / rundir.WEIGHTS_FILE
+    st = weights.stat()
+    import os
+
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # "rewritten"
+    kept.get(a)
+    assert kept.loads == 4 and len(kept._runs) == 1
+
+
 @pytest.mark.parametrize("req, status, field", [
     ({"run": "../etc", "prompt": "hello there"}, 404, "run"),
     ({"run": "empty", "prompt": "hello there"}, 404, "run"),

@@ -18,6 +18,7 @@ from depthlab.experiments import run_experiment
 from depthlab.experiments.report import validate_export
 from depthlab.probes import use_single_thread
 from depthlab.threads import SMALL_D_MODEL, add_threads_arg, check_threads, use_threads
+from depthlab.web.pool import MAX_QUEUE, MAX_WORKERS, QUEUE, WORKERS
 
 LAB_EXPERIMENT = "residual"
 
@@ -66,6 +67,12 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
                    help="runs directory with the experiments' export.json (default: runs)")
+    p.add_argument("--workers", type=int, default=WORKERS, metavar="N",
+                   help=f"threads that compute the page's probes (default {WORKERS}); cheap "
+                   "requests are answered beside them")
+    p.add_argument("--queue", type=int, default=QUEUE, metavar="N",
+                   help=f"probes that may wait for a worker (default {QUEUE}); past that the "
+                   "server answers 503 with Retry-After")
     add_threads_arg(p, "torch threads for the page's probes (and for lab's experiment runs), "
                     "1 to the cores this process may use; default 0: automatic, the rule "
                     "training uses, which gives the lesson's models (d_model up to 256) one")
@@ -78,6 +85,14 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_pool(args: argparse.Namespace) -> None:
+    """--workers and --queue within their bounds (checked before lab's data step)."""
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
+    if not 0 <= args.queue <= MAX_QUEUE:
+        raise UserError(f"--queue must be between 0 and {MAX_QUEUE}, got {args.queue}")
 
 
 def _bind(args: argparse.Namespace) -> socket.socket:
@@ -104,13 +119,14 @@ def _serve(args: argparse.Namespace, sock: socket.socket | None = None) -> int:
     from depthlab.web.server import server_config
 
     check_threads(args.threads)
+    check_pool(args)
     sock = sock if sock is not None else _bind(args)
     loopback = _is_loopback(args.host)
     hosts = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
     if not loopback:
         print(f"depthlab: warning: serving on {args.host}, reachable from other machines",
               file=sys.stderr)
-    app = create_app(args.runs, allowed_hosts=hosts)
+    app = create_app(args.runs, allowed_hosts=hosts, workers=args.workers, queue=args.queue)
     use_threads(args.threads, SMALL_D_MODEL)  # after create_app, which sets one
     port = sock.getsockname()[1]
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
@@ -126,6 +142,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 def run_lab(args: argparse.Namespace) -> int:
     check_threads(args.threads)
+    check_pool(args)
     sock = None if args.no_serve else _bind(args)  # a busy port: refused before any training
     try:
         return _lab(args, sock)

@@ -19,7 +19,7 @@ tests/test_locales_zh.py checks both.
 from __future__ import annotations
 
 import json
-from functools import cache
+from functools import lru_cache
 from importlib import resources
 from string import Formatter
 
@@ -28,7 +28,7 @@ from depthlab.errors import UserError
 LANGS = ("en", "zh")
 
 
-@cache
+@lru_cache(maxsize=len(LANGS))  # one entry per language: a bad name raises, never cached
 def table(lang: str) -> dict[str, str]:
     """key -> template for one language, merged from its area files."""
     if lang not in LANGS:

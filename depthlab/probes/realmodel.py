@@ -188,15 +188,79 @@ def lens_sentence(target: str, stays: str | None, first: str | None) -> dict[str
     return marked("rm.read.lens_back", code, stays=stays, first=first)
 
 
-def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float) -> dict[str, Any]:
-    """Loss change when block l's attention and FFN writes are both removed, for every l."""
-    zero = lambda t, _name: torch.zeros_like(t)
-    deltas = []
-    for i in range(model.cfg.n_layers):
-        fwd = [(f"blocks.{i}.hook_attn_write", zero), (f"blocks.{i}.hook_mlp_write", zero)]
-        with torch.no_grad(), model.hooks(fwd=fwd):
-            deltas.append(next_token_loss(model(idx), idx) - base_loss)
+ABLATION_BATCH_BYTES = 64 * 2**20  # the logits of one batch of ablated copies, at most
+
+
+def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float,
+                    pre: list[torch.Tensor] | None = None) -> dict[str, Any]:
+    """Loss change when block l's attention and FFN writes are both removed, for every l.
+
+    `pre`, the stream entering each block in the unablated pass (its hook_resid_pre),
+    lets a model whose blocks pass nothing but the stream between them (`_steps_alone`)
+    start copy l at block l: the blocks below it compute what the unablated pass did, so
+    the L copies cost L(L + 1)/2 block passes, not L^2, in one growing batch that reads
+    each block's weights once. Other models run the L copies as batches of whole passes.
+    Either way a batch's logits stay under ABLATION_BATCH_BYTES."""
+    if pre is not None and _steps_alone(model):
+        logits = _ablated_from_below(model, idx, pre)
+    else:
+        logits = _ablated_whole(model, idx)
+    deltas = [next_token_loss(row, idx) - base_loss for row in logits]
     return {"base_loss": base_loss, "delta_loss": deltas}
+
+
+def _zero_row(row: int):
+    """A forward hook that zeroes row `row` of a write (the copy that removes it)."""
+    def zero(t: torch.Tensor, _name: str) -> torch.Tensor:
+        out = t.clone()
+        out[row] = 0
+        return out
+    return zero
+
+
+def _steps_alone(model: Any) -> bool:
+    """Whether block l's output depends on nothing but its input stream (and the ids):
+    no x0 mix, U-Net skip, backout or layer 0's V handed up the stack."""
+    m = model.cfg
+    return (not m.value_residual and getattr(model, "backout", None) is None
+            and all(b.x0_mix is None and b.unet_skip is None for b in model.blocks))
+
+
+def _ablated_from_below(model: Any, idx: torch.Tensor, pre: list[torch.Tensor]):
+    """Logits [1, T, V] of each ablated copy, copy l started at block l from `pre[l]`."""
+    T = idx.shape[-1]
+    rope = model.rope(T, pre[0])
+    x = pre[0][:0]
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            x = torch.cat([x, pre[layer]])  # copy `layer` joins, its own writes removed
+            zero = _zero_row(len(x) - 1)
+            fwd = [(f"blocks.{layer}.hook_{kind}_write", zero) for kind in ("attn", "mlp")]
+            with model.hooks(fwd=fwd):
+                x, _ = block(x, rope, None, None, idx.expand(len(x), T))
+        x = model.blocks[-1].mlp_residual.close(x)
+        batch = _ablation_batch(model, T)
+        for start in range(0, len(x), batch):
+            for row in model.unembed(x[start:start + batch]):
+                yield row.unsqueeze(0)
+
+
+def _ablated_whole(model: Any, idx: torch.Tensor):
+    """Logits [1, T, V] of each ablated copy, as batches of whole passes."""
+    L, T = model.cfg.n_layers, idx.shape[-1]
+    batch = _ablation_batch(model, T)
+    for start in range(0, L, batch):
+        blocks = range(start, min(L, start + batch))
+        fwd = [(f"blocks.{i}.hook_{kind}_write", _zero_row(i - start))
+               for i in blocks for kind in ("attn", "mlp")]
+        with torch.no_grad(), model.hooks(fwd=fwd):
+            logits = model(idx.expand(len(blocks), T))
+        for row in logits:
+            yield row.unsqueeze(0)
+
+
+def _ablation_batch(model: Any, n_tokens: int) -> int:
+    return max(1, min(model.cfg.n_layers, ABLATION_BATCH_BYTES // (n_tokens * model.cfg.vocab_size * 4)))
 
 
 def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
@@ -215,7 +279,8 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
     base = probe_model(model, ids)
     idx = torch.tensor([ids], device=next(model.parameters()).device)
     patterns = [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
-    sites = _state_sites(L) + _write_sites(L) + patterns
+    pre = [f"blocks.{i}.hook_resid_pre" for i in range(L)]
+    sites = _state_sites(L) + _write_sites(L) + patterns + pre
     with torch.no_grad():
         logits, cache = model.run_with_cache(idx, names=sites)
     check_finite_logits(logits, run, f"of the {len(ids):,}-token prompt")
@@ -238,7 +303,7 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
             "lens_grid": views.lens_grid(model, states),
             "massive": massive_probes(states, labels),
             "lens": lens_probes(model, states, target, labels),
-            "ablation": ablation_probes(model, idx, loss)}
+            "ablation": ablation_probes(model, idx, loss, [cache[n] for n in pre])}
 
 
 def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | None = None,
@@ -253,7 +318,15 @@ def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | Non
     check_finite_weights(model, str(run_dir))
     if threads is not None:
         use_threads(threads, cfg.model.d_model)
-    tokenizer = rundir.load_tokenizer(Path(run_dir))
+    return probe_loaded(model, cfg, rundir.load_tokenizer(Path(run_dir)), run_dir, prompt,
+                        target, device, position)
+
+
+def probe_loaded(model: Any, cfg: Any, tokenizer: Any, run_dir: Any, prompt: str | list[int],
+                 target: str | int | None = None, device: str = "cpu",
+                 position: int | None = None) -> dict[str, Any]:
+    """`probe_run_dir` on a model and tokenizer already loaded from `run_dir` (the page's
+    server keeps them between requests)."""
     if isinstance(prompt, str):
         if tokenizer is None:
             raise UserError(f"{run_dir} has no {rundir.TOKENIZER_FILE}; give token ids with --ids")

@@ -9,13 +9,15 @@ same origin, JSON, the server's token) and no body may exceed 64 KiB. Bad input 
 (`Accept-Language`, depthlab.web.messages) with its locale key in `code`, and
 /openapi.json gives the schema of every 4xx an endpoint can answer. The page
 sections' routes are made from their registry (`depthlab.web.sections`), each answered
-by its cached compute (`depthlab.web.compute`).
+by its cached compute (`depthlab.web.compute`). A computation runs on the heavy pool's
+few threads (`depthlab.web.pool`: 503 with Retry-After past its queue), never on the
+threadpool that answers the cheap routes, so /api/meta and the static files are answered
+at once during a burst of probes.
 """
 
 from __future__ import annotations
 
 import inspect
-import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +37,7 @@ from depthlab.web.guard import (
     MAX_BODY,
     TOKEN_HEADER,
     BodyLimit,
+    CloseUnread,
     HostGuard,
     WriteGuard,
     new_token,
@@ -46,6 +49,7 @@ from depthlab.web.messages import (
     request_lang,
     validation_body,
 )
+from depthlab.web.pool import QUEUE, WORKERS, Busy, HeavyPool
 from depthlab.web.runs import NAME_RE, Runs
 from depthlab.web.schemas import RunRequest, document_server_errors, error_responses
 
@@ -62,20 +66,22 @@ ExperimentName = Annotated[str, PathParam(pattern=NAME_RE.pattern, examples=["re
 
 
 def create_app(runs_dir: Path | str = "runs", *, allowed_hosts: list[str] | None = None,
-               warm: bool = True) -> FastAPI:
-    """The app; `warm` computes the first view's numbers in the background at start-up."""
+               warm: bool = True, workers: int = WORKERS, queue: int = QUEUE) -> FastAPI:
+    """The app; `warm` computes the first view's numbers in the background at start-up;
+    `workers` threads compute, and at most `queue` more computations wait (depthlab.web.pool)."""
     import torch
 
     torch.set_num_threads(1)  # one core per request, whatever the client does
     runs = Runs(Path(runs_dir))
-    app = _app(runs, warm)
+    pool = HeavyPool(workers, queue)
+    app = _app(runs, pool, warm)
     _add_middleware(app, allowed_hosts)
     _add_error_handlers(app)
     _add_page_routes(app, runs)
-    _add_section_routes(app)
+    _add_section_routes(app, pool)
     _add_measurement_routes(app, runs)
 
-    app.include_router(realmodel.router(runs.root, compute._LOCK))
+    app.include_router(realmodel.router(runs.root, pool))
     return app
 
 
@@ -106,16 +112,18 @@ def _known_query(request: Request) -> None:
         raise RequestValidationError(errors)
 
 
-def _app(runs: Runs, warm: bool) -> FastAPI:
-    """The bare app: its lifespan (settle dead runs, warm the first view, stop the
-    background run) and a schema that documents the 4xx the server adds."""
+def _app(runs: Runs, pool: HeavyPool, warm: bool) -> FastAPI:
+    """The bare app: its lifespan (settle dead runs, warm the first view on the heavy
+    pool, stop the background run and the pool) and a schema that documents the 4xx the
+    server adds."""
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         runs.settle_all()  # runs that died with an earlier server: their status says so
         if warm:
-            threading.Thread(target=compute.warm, name="depthlab-warm", daemon=True).start()
+            pool.submit(compute.warm)  # on the pool, so it is one of the bounded jobs
         yield
         runs.stop()  # never leave a background experiment behind
+        pool.shutdown()
 
     # No /docs or /redoc: FastAPI's viewers load their scripts from a CDN, and this page
     # loads nothing from outside the machine. The schema itself is at /openapi.json.
@@ -124,6 +132,7 @@ def _app(runs: Runs, warm: bool) -> FastAPI:
                   description="Live probes, exact arithmetic and project measurements for the "
                   "lesson on residual connections and normalization.")
     app.state.runs = runs
+    app.state.heavy = pool
     app.state.write_token = new_token()
     default_openapi = app.openapi
 
@@ -144,6 +153,7 @@ def _add_middleware(app: FastAPI, allowed_hosts: list[str] | None) -> None:
         app.add_middleware(HostGuard, allowed_hosts=allowed_hosts)
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.add_middleware(WriteGuard)  # outside BodyLimit: a refused write is not even read
+    app.add_middleware(CloseUnread)  # outermost: an answer given before the body closes
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next):
@@ -184,6 +194,14 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def user_error(request: Request, exc: UserError) -> JSONResponse:
         return JSONResponse(exception_body(exc, request_lang(request.headers)), status_code=400)
 
+    @app.exception_handler(Busy)
+    async def busy(request: Request, exc: Busy) -> JSONResponse:
+        pool: HeavyPool = request.app.state.heavy
+        return JSONResponse(error_body("err.server_busy", {"jobs": pool.workers + pool.queue,
+                                                           "seconds": exc.retry_after_s},
+                                       request_lang(request.headers)),
+                            status_code=503, headers={"Retry-After": str(exc.retry_after_s)})
+
     @app.exception_handler(RunError)
     async def run_error(request: Request, exc: RunError) -> JSONResponse:
         return JSONResponse(exception_body(exc, request_lang(request.headers)),
@@ -213,32 +231,34 @@ def _add_page_routes(app: FastAPI, runs: Runs) -> None:
         return table(lang)
 
 
-def _add_section_routes(app: FastAPI) -> None:
+def _add_section_routes(app: FastAPI, pool: HeavyPool) -> None:
     """One route per registered page section (depthlab.web.sections), answered by its
     cached compute; and the list of models the anatomy can describe."""
     for s in sections.SECTIONS:
-        _add_section_route(app, s)
+        _add_section_route(app, s, pool)
 
     @app.get("/api/anatomy", tags=["model"], summary="Models the anatomy can describe")
     def anatomy_names() -> dict:
         return compute.anatomy_names()
 
 
-def _add_section_route(app: FastAPI, s: sections.Section) -> None:
+def _add_section_route(app: FastAPI, s: sections.Section, pool: HeavyPool) -> None:
     """A POST takes the request model as its JSON body; a GET, the section's `params` (a
-    dependency whose parameters are the route's path and query parameters)."""
+    dependency whose parameters are the route's path and query parameters). A cached
+    answer is sent from the event loop; a miss is computed on the heavy pool."""
     fn = compute.adapter(s)
     given = Body() if s.method == "POST" else Depends(s.params or (lambda: s.request()))
 
-    def endpoint(req):
-        return fn(req)
+    async def endpoint(req):
+        found = fn.peek(req)
+        return found if found is not compute.MISS else await pool.run(fn, req)
 
     endpoint.__name__ = s.name  # the OpenAPI operationId's stem, as when it was hand-written
     endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                            annotation=Annotated[s.request, given])], return_annotation=s.answer)
     app.api_route(s.path, methods=[s.method], tags=[s.tag], summary=s.summary, name=s.name,
-                  responses=error_responses(*s.responses) if s.responses else None)(endpoint)
+                  responses=error_responses(*s.responses, 503))(endpoint)
 
 
 def _add_measurement_routes(app: FastAPI, runs: Runs) -> None:

@@ -1,50 +1,91 @@
 """The page's numbers: each registered section's compute, cached and serialised.
 
 `adapter(section)` wraps a section's compute (depthlab.web.sections) once: its answers
-are kept in an LRU keyed by the request (requests are frozen models), and one lock
-serialises the torch work, so however many requests arrive, the server computes one
-probe at a time on one thread (a hostile client can queue work but cannot pin more than
-one core). The built-in sections' adapters are also this module's names (`simulate`,
-`paths`, ...), for the CLI-side callers and the tests.
+are kept in a bounded LRU keyed by the request (requests are frozen models), and one lock
+serialises the torch work, so the server computes one section's probe at a time on one
+thread (a hostile client can queue work but cannot pin more than one core with it). The
+server looks an answer up with `peek` on the cheap path and sends only a miss to its
+heavy pool (depthlab.web.pool). The built-in sections' adapters are also this module's
+names (`simulate`, `paths`, ...), for the CLI-side callers and the tests.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
-from functools import lru_cache, wraps
-from typing import Any
+from typing import Any, NamedTuple
 
 from depthlab.web import sections
 from depthlab.web.schemas import AnatomyRequest, EmptyRequest, GrowthRequest, SimulateRequest, SweepRequest
 from depthlab.web.sections import Section, anatomy_names
 
-__all__ = ["adapter", "anatomy_names", "warm"]
+__all__ = ["MISS", "Answers", "adapter", "anatomy_names", "warm"]
 
 _LOCK = threading.Lock()
-_ADAPTERS: dict[str, Callable[[Any], Any]] = {}
+_ADAPTERS: dict[str, Answers] = {}
+MISS = object()  # what `peek` gives for a request not cached
 
 
-def _cached(fn: Callable[[Any], Any], maxsize: int) -> Callable[[Any], Any]:
-    """LRU on the frozen request, computed under the global lock. The key holds the
-    request's repr beside it: -0.0 == 0.0 (and they hash alike), but the answer echoes its
-    input, so a cached [0.0] must not answer [-0.0]."""
-    cached = lru_cache(maxsize=maxsize)(lambda req, _text: fn(req))
+class CacheInfo(NamedTuple):
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
 
-    @wraps(fn)
-    def call(req):
+
+class Answers:
+    """A section's compute behind an LRU of at most `maxsize` answers, computed under the
+    global lock. The key holds the request's repr beside it: -0.0 == 0.0 (and they hash
+    alike), but the answer echoes its input, so a cached [0.0] must not answer [-0.0]."""
+
+    def __init__(self, fn: Callable[[Any], Any], maxsize: int) -> None:
+        self.__wrapped__ = fn
+        self.maxsize = maxsize
+        self._answers: OrderedDict[tuple[Any, str], Any] = OrderedDict()
+        self._guard = threading.Lock()  # the dict's own, held for a look-up, never a compute
+        self._hits = self._misses = 0
+
+    def peek(self, req: Any) -> Any:
+        """The cached answer for `req` (counted as a hit), or MISS; never computes."""
+        key = (req, repr(req))
+        with self._guard:
+            if key not in self._answers:
+                return MISS
+            self._answers.move_to_end(key)
+            self._hits += 1
+            return self._answers[key]
+
+    def __call__(self, req: Any) -> Any:
+        found = self.peek(req)
+        if found is not MISS:
+            return found
         with _LOCK:
-            return cached(req, repr(req))
+            found = self.peek(req)  # computed by the request this one waited for
+            if found is not MISS:
+                return found
+            answer = self.__wrapped__(req)
+        with self._guard:
+            self._misses += 1
+            self._answers[(req, repr(req))] = answer
+            while len(self._answers) > self.maxsize:
+                self._answers.popitem(last=False)
+        return answer
 
-    call.cache_info = cached.cache_info  # type: ignore[attr-defined]
-    call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
-    return call
+    def cache_info(self) -> CacheInfo:
+        with self._guard:
+            return CacheInfo(self._hits, self._misses, self.maxsize, len(self._answers))
+
+    def cache_clear(self) -> None:
+        with self._guard:
+            self._answers.clear()
+            self._hits = self._misses = 0
 
 
-def adapter(section: Section) -> Callable[[Any], Any]:
+def adapter(section: Section) -> Answers:
     """The section's cached compute: made at its first use, then the same one."""
-    if section.name not in _ADAPTERS or _ADAPTERS[section.name].__wrapped__ is not section.compute:  # type: ignore[attr-defined]
-        _ADAPTERS[section.name] = _cached(section.compute, section.lru)
+    if section.name not in _ADAPTERS or _ADAPTERS[section.name].__wrapped__ is not section.compute:
+        _ADAPTERS[section.name] = Answers(section.compute, section.lru)
     return _ADAPTERS[section.name]
 
 

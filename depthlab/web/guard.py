@@ -22,7 +22,10 @@ language the request asks for (depthlab.web.messages).
 
 `BodyLimit` caps every request body at MAX_BODY bytes (413), counted as the bytes
 arrive, so a chunked body without `Content-Length` is cut off after the limit
-instead of being read whole into memory.
+instead of being read whole into memory. `CloseUnread` closes the connection after
+any answer given before its request's body was read (a refusal), so the server never
+reads a refused body: uvicorn keeps a connection alive by reading the rest of the body
+and throwing it away, which took 9.3 s for a refused 1 GiB upload.
 """
 
 from __future__ import annotations
@@ -177,3 +180,40 @@ class BodyLimit:
         response = _error(Request(scope), 413, "err.body_too_large", {"connection": "close"},
                           limit=self.limit, kib=self.limit // 1024)  # do not read the rest of it
         await response(scope, receive, send)
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request announces a body (a Content-Length above 0, or chunked)."""
+    headers = Headers(scope=scope)
+    length = headers.get("content-length")
+    return "transfer-encoding" in headers or (length is not None and length.strip() not in ("", "0"))
+
+
+class CloseUnread:
+    """ASGI middleware: an answer sent before its request's body was received whole says
+    `Connection: close`, and uvicorn then closes the connection once the answer is out
+    instead of reading the rest of the body to keep the connection alive."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _has_body(scope):
+            await self.app(scope, receive, send)
+            return
+        received = False
+
+        async def receive_counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                received = True
+            return message
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and not received:
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive_counted, send_closing)

@@ -1,11 +1,14 @@
 """The page's real-model API: every run directory under `--runs`, and the real-model
 probes (`depthlab.probes.realmodel`) of one run on one prompt.
 
-A probe of SmolLM2 takes seconds (30 skip-one-block passes), so each (run, prompt,
-target) is computed once and kept on disk under RUNS/.cache/realmodel/, keyed by the
-run's weights (path, size, modification time): a cached view is one file read, and
-a retrained or re-imported run is measured again. Computation shares the page's one
-lock, so the server still works on one probe at a time.
+Each (run, prompt, target) is computed once and kept on disk under
+RUNS/.cache/realmodel/, keyed by the run's weights (path, size, modification time): a
+cached view is one file read, and a retrained or re-imported run is measured again.
+The model and tokenizer of a run are loaded once per server and kept (`LoadedRuns`, at
+most MODELS_KEPT, keyed by the same fingerprint), so a new prompt costs its probes only.
+A cached view is read on the cheap path and sent as the file's bytes; a computation
+runs on the server's heavy pool (depthlab.web.pool) under this router's own lock, one
+real-model probe at a time.
 
     GET  /api/realmodel/runs     the runs the page can probe
     GET  /api/realmodel/prompts  shipped prompts (en, zh) and each section's question
@@ -18,11 +21,14 @@ import functools
 import hashlib
 import json
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 
 from depthlab import rundir
 from depthlab.corpus import LANGUAGES
@@ -30,11 +36,13 @@ from depthlab.errors import UserError
 from depthlab.locales import joined, marked, texts
 from depthlab.progress import Progress
 from depthlab.web.messages import refusal
+from depthlab.web.pool import HeavyPool
 from depthlab.web.schemas import error_responses
 
 MAX_PROMPT_CHARS = 400
 MAX_PROMPT_TOKENS = 128  # the ablation runs one forward pass per block over these
 MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
+MODELS_KEPT = 2  # loaded runs a server keeps (SmolLM2: 540 MB each)
 CACHE_DIR = Path(".cache") / "realmodel"
 STATIC_RUN = "smollm2"  # what `depthlab lab` imports: the run a static page shows
 CACHE_VERSION = 5  # 2: the gradient section and its reading; 3: tokens as text, the lens reading;
@@ -111,12 +119,40 @@ def _fingerprint(weights: Path) -> str:
     return f"{weights.resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
+class LoadedRuns:
+    """The runs a server has loaded (model, config, tokenizer), the most recently used
+    MODELS_KEPT of them, each under its weights' and tokenizer's fingerprint: a run whose
+    files changed is loaded again, never answered from the old model."""
+
+    def __init__(self, kept: int = MODELS_KEPT) -> None:
+        self.kept = kept
+        self._runs: OrderedDict[tuple[str, ...], tuple[Any, Any, Any]] = OrderedDict()
+        self.loads = 0  # how many times a run was read from disk
+
+    def get(self, run: Path) -> tuple[Any, Any, Any]:
+        tok = run / rundir.TOKENIZER_FILE
+        key = (str(run.resolve()), _fingerprint(run / rundir.WEIGHTS_FILE),
+               _fingerprint(run / rundir.CONFIG_FILE), _fingerprint(tok) if tok.is_file() else "")
+        if key in self._runs:
+            self._runs.move_to_end(key)
+            return self._runs[key]
+        for old in [k for k in self._runs if k[0] == key[0]]:  # the run as it was before
+            del self._runs[old]
+        while len(self._runs) >= self.kept:  # dropped before the next one is read
+            self._runs.popitem(last=False)
+        model, cfg = rundir.load_model(run)
+        self.loads += 1
+        self._runs[key] = (model, cfg, rundir.load_tokenizer(run))
+        return self._runs[key]
+
+
 class RealModelProbes:
-    """The runs directory and the on-disk cache of probe results."""
+    """The runs directory, the runs loaded, and the on-disk cache of probe results."""
 
     def __init__(self, root: Path, lock: threading.Lock) -> None:
         self.root = Path(root)
         self.lock = lock
+        self.loaded = LoadedRuns()
 
     def run_dir(self, name: str) -> Path:
         names = [r["name"] for r in list_runs(self.root)]
@@ -139,6 +175,22 @@ class RealModelProbes:
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
         return self.root / CACHE_DIR / f"{digest}.json"
 
+    def cached_json(self, req: ProbeRequest) -> bytes | None:
+        """The probe's answer as JSON, from the disk cache, or None: one file read, no
+        torch, and no parse (the server sends the bytes; encoding SmolLM2's answer of a
+        few hundred KB again took 0.15 s on the event loop)."""
+        try:
+            text = self.cache_path(self.run_dir(req.run), req).read_bytes()
+        except OSError:
+            return None
+        if not (text.startswith(b"{") and text.endswith(b"}")):  # not a whole answer
+            return None
+        return text[:-1] + b', "cached": true}'
+
+    def probe_json(self, req: ProbeRequest) -> bytes:
+        """`probe` as JSON bytes, encoded on the calling thread (a worker's)."""
+        return json.dumps(self.probe(req), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
     def probe(self, req: ProbeRequest) -> dict[str, Any]:
         run = self.run_dir(req.run)
         path = self.cache_path(run, req)
@@ -156,9 +208,9 @@ class RealModelProbes:
         return {**body, "cached": False}
 
     def _compute(self, run: Path, req: ProbeRequest) -> dict[str, Any]:
-        from depthlab.probes.realmodel import probe_run_dir
+        from depthlab.probes.realmodel import probe_loaded
 
-        tokenizer = rundir.load_tokenizer(run)
+        model, cfg, tokenizer = self.loaded.get(run)
         if tokenizer is None:
             raise refusal("err.no_tokenizer", run=req.run)
         try:
@@ -167,7 +219,7 @@ class RealModelProbes:
             raise refusal("err.prompt_unreadable", detail=str(e)) from None
         if not 2 <= n <= MAX_PROMPT_TOKENS:
             raise refusal("err.prompt_tokens", max=MAX_PROMPT_TOKENS, n=n)
-        result = probe_run_dir(run, req.prompt, target=req.target)
+        result = probe_loaded(model, cfg, tokenizer, run, req.prompt, target=req.target)
         result["run"] = req.run  # the name, not this machine's path
         return result
 
@@ -313,8 +365,8 @@ def static_results(root: Path, progress: bool = False) -> dict[str, Any]:
     return out
 
 
-def router(root: Path, lock: threading.Lock) -> APIRouter:
-    probes = RealModelProbes(root, lock)
+def router(root: Path, pool: HeavyPool) -> APIRouter:
+    probes = RealModelProbes(root, threading.Lock())
     api = APIRouter(prefix="/api/realmodel", tags=["real model"])
 
     @api.get("/runs", summary="Run directories under --runs (trained, imported) the probes read")
@@ -332,8 +384,10 @@ def router(root: Path, lock: threading.Lock) -> APIRouter:
         return body
 
     @api.post("/probe", summary="The real-model probes of one run on one prompt (cached on disk)",
-              responses=error_responses(400, 404))
-    def probe(req: Annotated[ProbeRequest, Body()]) -> dict:
-        return probes.probe(req)
+              responses=error_responses(400, 404, 503))
+    async def probe(req: Annotated[ProbeRequest, Body()]) -> dict:
+        found = await run_in_threadpool(probes.cached_json, req)
+        body = found if found is not None else await pool.run(probes.probe_json, req)
+        return Response(body, media_type="application/json")  # type: ignore[return-value]
 
     return api

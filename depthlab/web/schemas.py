@@ -194,6 +194,8 @@ ERROR_DESCRIPTIONS = {
     413: "the request body is larger than 64 KiB",
     415: "a POST whose Content-Type is not application/json",
     422: "the request does not match this endpoint's schema",
+    503: "every worker of the server is computing and its queue is full; retry after the "
+         "seconds in the Retry-After header",
 }
 WRITE_METHODS = ("post", "put", "patch", "delete")
 
