@@ -42,6 +42,8 @@ LAYERS = {
     "depthlab.corpus": 2,
     "depthlab.tokenizer": 2,
     "depthlab.tokstream": 2,  # where a stream of text may be cut without changing its tokens
+    "depthlab.bpe_corpus": 2,  # a corpus encoded fast, each distinct stretch once
+    "depthlab.bpe_train": 2,  # BPE training in a child process: bounded in memory, stopped by a signal
     "depthlab.metrics": 2,
     # 3. What reads a model and what makes one: probes, the trainer, Hugging Face I/O.
     "depthlab.probes": 3,
