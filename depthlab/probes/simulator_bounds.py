@@ -7,7 +7,7 @@ checks its requests against them.
 
 from __future__ import annotations
 
-from depthlab.config import MIXERS, RESIDUALS
+from depthlab.config import DELTANET_REFUSES_RESIDUAL, MIXERS, RESIDUALS
 from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 MAX_DEPTH = 256  # the CLI's bound; the page's slider stops at PAGE_MAX_DEPTH
@@ -39,6 +39,9 @@ def page_bounds() -> dict:
     return {"depth": [1, PAGE_MAX_DEPTH], "gain": list(PAGE_GAINS), "gain_step": PAGE_GAIN_STEP,
             "cli_max_depth": MAX_DEPTH, "residuals": list(RESIDUALS),
             "norms": list(NORMS), "mixers": list(SIM_MIXERS), "hybrid": list(HYBRID_KINDS),
+            # the residuals the model's Gated DeltaNet layer refuses (depthlab.config)
+            "mixer_refused": list(keys_where(lambda s: any(applies(s) for applies, _
+                                                           in DELTANET_REFUSES_RESIDUAL))),
             "post_norm": list(keys_where(lambda s: s.is_post)),
             "norm_free": list(keys_where(lambda s: s.needs_no_norm)),
             "x0_mix": list(keys_where(lambda s: s.takes_x0_mix)), "x0_formula": X0_MIX_FORMULA,

@@ -263,7 +263,7 @@ def switches() -> list[dict]:
 # The residuals whose rows with another token mixer (collapse mode only: gradient mode has
 # none) a static copy holds, like STATIC_X0_MIX: the plain residual, with and without the
 # norm (meta's simulator.mixer_static; the page says "not in this static copy" elsewhere):
-# 10% more simulate answers (measured on the small grid; every residual would be ~95%).
+# 10% more simulate answers (measured on the small grid, bytes of the rounded JSON).
 STATIC_MIXERS = ("plain",)
 
 
