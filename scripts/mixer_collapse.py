@@ -48,8 +48,8 @@ def main() -> None:
             for seeds in SEED_RANGES:
                 m = measure(mixer, residual, norm, seeds)
                 v = m["ratios"]
-                cell = (f"seeds {seeds.start}-{seeds.stop - 1}: {min(v):.2g} / "
-                        f"{statistics.median(v):.2g} / {max(v):.2g}, "
+                cell = (f"seeds {seeds.start}-{seeds.stop - 1}: {min(v):.3g} / "
+                        f"{statistics.median(v):.3g} / {max(v):.3g}, "
                         f"RMS_N/RMS_0 median {statistics.median(m['growth']):.2g}")
                 if m["vanished"]:
                     cell += (f" (stream 0 from layer {min(m['vanished'])}-{max(m['vanished'])} "
