@@ -297,6 +297,8 @@ def test_the_mixer_switch_changes_the_green_row_in_collapse_mode_only(live, brow
         want = token_collapse(StackRequest(depth=8, residual="plain", mixer=mixer)).rel_distance[8]
         page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.distance === {want!r}")
         assert f"mixer={mixer}" in page.evaluate("() => location.hash")
+        label = page.eval_on_selector("#t-mixer", "s => s.selectedOptions[0].textContent")
+        assert f"After N = 8 sublayers ({label})" in page.inner_text("#reading-sim")
     page.select_option("#t-mixer", "gated_deltanet")
     page.click("#mode-gradient")
     page.wait_for_function("() => document.getElementById('t-mixer').disabled")

@@ -270,7 +270,8 @@
       }
       $("reading-sim").textContent = r.kind === "gradient"
         ? DL.t("read.grad", { n, g: g.toFixed(2), a: DL.pow10(r.naive.ratio), b: DL.pow10(r.improved.ratio) })
-        : DL.t("read.dist", { n, g: g.toFixed(2), a: DL.pow10(r.naive.rel_distance[n]),
+        : DL.t("read.dist", { n, g: g.toFixed(2), mixer: DL.t("sim.mixer." + (r.request.mixer || "attention")),
+                              a: DL.pow10(r.naive.rel_distance[n]),
                               b: DL.pow10(r.improved.rel_distance[n]) });
       const fresh = current && n === current.n && g === current.g &&
         r.request.residual === current.residual && r.request.norm === current.norm &&
