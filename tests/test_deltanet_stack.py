@@ -19,7 +19,6 @@ from depthlab.config import (
     PLACEMENTS,
     POSITIONS,
     RESIDUALS,
-    WIDE_RESIDUALS,
     ConfigError,
     ModelConfig,
     validate_model,
@@ -29,7 +28,7 @@ from depthlab.memory import estimate
 from depthlab.model import Transformer
 from depthlab.model.deltanet import GatedDeltaNet
 from depthlab.presets import get_preset
-from depthlab.variants import MIXER_SPECS, SHORTCUT_SPECS
+from depthlab.variants import MIXER_SPECS, SHORTCUT_SPECS, keys_where
 
 HYBRID = ModelConfig(vocab_size=40, context_len=96, n_layers=4, d_model=32, n_heads=4,
                      mixer="gated_deltanet", layer_pattern="LA", linear_key_heads=2,
@@ -75,7 +74,7 @@ def variants_of(base: ModelConfig) -> list[tuple[str, ModelConfig]]:
     out += [(f"position={p}", replace(base, position=p, rope_fraction=1.0)) for p in POSITIONS]
     out += [(f"norm_scale={n}", replace(base, norm_scale=n)) for n in NORM_SCALES]
     out += [(f"residual={r},streams=3", replace(base, residual=r, streams=3))
-            for r in WIDE_RESIDUALS]
+            for r in keys_where(lambda s: s.widens_copies)]
     for f in fields(ModelConfig):
         if f.type in ("bool", bool):
             out.append((f"{f.name}={not getattr(base, f.name)}",
@@ -241,8 +240,12 @@ def test_a_deltanet_layer_asked_for_an_attention_map_says_it_has_none():
     assert cache["blocks.1.attn.hook_pattern"].shape == (1, 4, 5, 5)
 
 
-def test_the_real_model_probes_refuse_a_deltanet_layer_by_name():
+def test_the_real_model_probes_read_attention_maps_from_the_attention_layers_only():
+    """A hybrid's probes ask no DeltaNet layer for hook_pattern (it would refuse, above):
+    its attention layers give the maps, its DeltaNet layers the mixing matrices."""
     from depthlab.probes.realmodel import realmodel_probes
 
-    with pytest.raises(UserError, match="blocks.0.attn is a GatedDeltaNet"):
-        realmodel_probes(Transformer(HYBRID).eval(), [1, 2, 3, 4])
+    r = realmodel_probes(Transformer(HYBRID).eval(), [1, 2, 3, 4])
+    kinds = HYBRID.layer_kinds
+    assert r["attention"]["layers"] == [i for i, k in enumerate(kinds) if k == "attention"]
+    assert r["deltanet_mixing"]["layers"] == [i for i, k in enumerate(kinds) if k != "attention"]
