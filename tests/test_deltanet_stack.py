@@ -240,8 +240,12 @@ def test_a_deltanet_layer_asked_for_an_attention_map_says_it_has_none():
     assert cache["blocks.1.attn.hook_pattern"].shape == (1, 4, 5, 5)
 
 
-def test_the_real_model_probes_refuse_a_deltanet_layer_by_name():
+def test_the_real_model_probes_read_attention_maps_from_the_attention_layers_only():
+    """A hybrid's probes ask no DeltaNet layer for hook_pattern (it would refuse, above):
+    its attention layers give the maps, its DeltaNet layers the mixing matrices."""
     from depthlab.probes.realmodel import realmodel_probes
 
-    with pytest.raises(UserError, match="blocks.0.attn is a GatedDeltaNet"):
-        realmodel_probes(Transformer(HYBRID).eval(), [1, 2, 3, 4])
+    r = realmodel_probes(Transformer(HYBRID).eval(), [1, 2, 3, 4])
+    kinds = HYBRID.layer_kinds
+    assert r["attention"]["layers"] == [i for i, k in enumerate(kinds) if k == "attention"]
+    assert r["deltanet_mixing"]["layers"] == [i for i, k in enumerate(kinds) if k != "attention"]

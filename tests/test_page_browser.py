@@ -206,6 +206,17 @@ def test_static_export_from_file(tmp_path, browser, runs):
     page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.ratio === {want}")
     page.click("#mode-collapse")
     page.wait_for_function("() => document.getElementById('ro-plain').dataset.distance !== undefined")
+    # the other mixers are stored for the plain residual only (meta's mixer_static)
+    assert data["meta"]["simulator"]["mixer_static"] == ["plain"]
+    assert page.is_disabled("#t-mixer")
+    assert "Not in this static copy" in page.get_attribute("#t-mixer >> xpath=..", "title")
+    page.click("#t-res-plain")
+    page.wait_for_function("() => !document.getElementById('t-mixer').disabled")
+    page.select_option("#t-mixer", "gated_deltanet")
+    req = {"mode": "collapse", "n": 8, "g": 1.0, "residual": "plain", "norm": "rmsnorm", "mixer": "gated_deltanet"}
+    row = data["sections"]["simulate"][request_key(SimulateRequest(**req))]["improved"]
+    want = (data["shared"][row["$shared"]] if "$shared" in row else row)["rel_distance"][8]
+    page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.distance === {want}")
     page.fill("#vec", "2, 4, 6, 8")  # the norms calculator runs without a server
     page.wait_for_function("() => document.getElementById('norm-rms') && "
                            "document.getElementById('norm-rms').textContent === '5.477'")
@@ -263,5 +274,40 @@ def test_every_linear_chart_starts_at_zero_or_says_where_it_starts(live, browser
                 assert c["broken"] is None and note not in c["yTitle"], k
         for k in ("c-plain-rms", "c-improved-rms"):
             assert linear[k]["yScale"][0] == 0 and max(linear[k]["ys"][0]) > 1, k
+    assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+    page.close()
+
+
+def test_the_mixer_switch_changes_the_green_row_in_collapse_mode_only(live, browser):
+    """The simulator's token mixer: each of meta's mixers is an option; choosing one makes
+    the green row the API's answer for it and lands in the URL; gradient mode and a residual
+    the model's DeltaNet layer refuses turn the switch off and say why."""
+    from depthlab.probes import StackRequest, token_collapse
+    from depthlab.probes.simulator_bounds import page_bounds
+
+    bounds = page_bounds()
+    page = browser.new_page(viewport={"width": 1280, "height": 900}, locale="en-US")
+    watch = Watch(page)
+    page.goto(live + "#lang=en&mode=collapse&n=8&g=1.00&residual=plain&norm=none")
+    page.wait_for_function("() => window.DL && DL.ready", timeout=15000)
+    _wait_readout(page, 8)
+    assert page.eval_on_selector_all("#t-mixer option", "os => os.map(o => o.value)") == bounds["mixers"]
+    for mixer in bounds["mixers"][::-1]:
+        page.select_option("#t-mixer", mixer)
+        want = token_collapse(StackRequest(depth=8, residual="plain", mixer=mixer)).rel_distance[8]
+        page.wait_for_function(f"() => +document.getElementById('ro-improved').dataset.distance === {want!r}")
+        assert f"mixer={mixer}" in page.evaluate("() => location.hash")
+        label = page.eval_on_selector("#t-mixer", "s => s.selectedOptions[0].textContent")
+        assert f"After N = 8 sublayers ({label})" in page.inner_text("#reading-sim")
+    page.select_option("#t-mixer", "gated_deltanet")
+    page.click("#mode-gradient")
+    page.wait_for_function("() => document.getElementById('t-mixer').disabled")
+    assert "no token mixer" in page.get_attribute("#t-mixer >> xpath=..", "title")
+    page.click("#mode-collapse")
+    page.wait_for_function("() => !document.getElementById('t-mixer').disabled")
+    for residual in bounds["mixer_refused"]:
+        page.click(f"#t-res-{residual}")
+        page.wait_for_function("() => document.getElementById('t-mixer').disabled")
+        assert page.eval_on_selector("#t-mixer", "s => s.value") == "attention"
     assert watch.errors == [] and page.evaluate("() => DL.errors") == []
     page.close()

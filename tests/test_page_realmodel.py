@@ -33,20 +33,21 @@ def _range(a: int, b: int) -> list[int]:
 def expected_charts(r: dict) -> dict[str, tuple[list, list]]:
     s, a, m, lens = r["stream"], r["attention"], r["massive"], r["lens"]
     n_states, n_writes, n_layers = len(s["rms"]), len(s["write_ratio"]), len(a["layer_share"])
+    blocks = r["n_layers"]  # a hybrid's attention rows are its attention layers only
     heads = [[row[i] for row in a["first_token_share"]] for i in range(len(a["first_token_share"][0]))]
     return {
         "rm-rms": (_range(0, n_states - 1), [s["rms"], s["rms_first_token"], s["rms_other_tokens"], s["rms_expected"]]),
         "rm-write": (_range(1, n_writes), [s["write_ratio"]]),
         "rm-angle": (_range(1, n_writes), [s["angular_distance"], s["angular_distance_other_tokens"]]),
-        "rm-attn": (_range(0, n_layers - 1), [a["layer_share"], [a["uniform"]] * n_layers, [a["threshold"]] * n_layers, *heads]),
+        "rm-attn": (a["layers"], [a["layer_share"], [a["uniform"]] * n_layers, [a["threshold"]] * n_layers, *heads]),
         "rm-massive": (_range(0, n_states - 1), [m["max_abs"], m["median_abs"]]),
         "rm-collapse": (_range(0, n_states - 1), [s["mean_cosine"], s["mean_cosine_other_tokens"], s["rel_distance"]]),
         "rm-grad": (_range(1, len(r["grad_norm"])), [r["grad_norm"]]),
         "rm-rank": (_range(0, n_states - 1), [[v + 1 for v in lens["rank"]]]),
         "rm-prob": (_range(0, n_states - 1), [lens["prob"]]),
         "rm-entropy": (_range(0, n_states - 1), [lens["entropy"], lens["entropy_cached_scale"]]),
-        "rm-ablation": (_range(0, n_layers - 1), [r["ablation"]["delta_loss"]]),
-        **({"rm-dla": (_range(0, 2 * n_layers), [r["dla"]["contribution"]])} if r["dla"]["available"] else {}),
+        "rm-ablation": (_range(0, blocks - 1), [r["ablation"]["delta_loss"]]),
+        **({"rm-dla": (_range(0, 2 * blocks), [r["dla"]["contribution"]])} if r["dla"]["available"] else {}),
     }
 
 
@@ -512,6 +513,48 @@ def test_the_stream_views_of_course_runs_with_and_without_attn_gate(tmp_path, br
             assert check_section(page, probe(root, "plain", shown["prompt"], shown["target"]), "zh") == []
             assert watch.errors == [] and page.evaluate("() => DL.errors") == []
             page.close()
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_hybrid_run_maps_its_attention_layers_and_says_why_not_its_deltanet_layers(tmp_path, browser):
+    """A qwen3_5 run (3 Gated DeltaNet layers to 1 attention layer): every chart holds the
+    probe, the map's layer picker offers the attention layers by block number, and the
+    DeltaNet layers are named with the reason they have no map, in both languages."""
+    import torch
+
+    from depthlab import rundir
+    from depthlab.config import apply_overrides
+    from depthlab.model import Transformer
+    from depthlab.presets import get_preset
+    from depthlab.tokenizer import BPETokenizer
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    tok = BPETokenizer.train(" ".join(p["text"] for p in PROMPTS) * 5, 300)
+    cfg = apply_overrides(get_preset("qwen3_5"), [f"model.vocab_size={tok.vocab_size}"])
+    torch.manual_seed(2)
+    rundir.write_config(root / "hybrid", cfg)
+    rundir.save_weights(root / "hybrid", Transformer(cfg.model))
+    tok.save(root / "hybrid" / rundir.TOKENIZER_FILE)
+    kinds = cfg.model.layer_kinds
+    att = [str(i) for i, k in enumerate(kinds) if k == "attention"]
+    delta = ", ".join(str(i) for i, k in enumerate(kinds) if k != "attention")
+    url, stop = serve(root)
+    try:
+        page, watch = open_section(browser, url + "#lang=en&rrun=hybrid&rp=paris", 1400)
+        body = probe(root, "hybrid", PROMPTS[0]["text"], PROMPTS[0]["target"])
+        assert check_section(page, body) == []
+        assert page.eval_on_selector_all("#rm-map-layer option", "os => os.map(o => o.textContent)") == att
+        note = page.inner_text("#rm-maps-deltanet")
+        assert f"Layers {delta} are Gated DeltaNet layers" in note and "no attention map" in note
+        page.click("#lang")
+        page.wait_for_function("() => document.documentElement.lang === 'zh-CN'")
+        page.wait_for_function(REALMODEL_SETTLED, timeout=60000)
+        assert "没有注意力图" in page.inner_text("#rm-maps-deltanet")
+        assert watch.errors == [] and page.evaluate("() => DL.errors") == []
+        page.close()
     finally:
         stop()
         shutil.rmtree(root, ignore_errors=True)

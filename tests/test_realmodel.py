@@ -179,7 +179,8 @@ def test_every_preset_goes_through_and_the_last_lens_state_is_the_prediction(pre
     assert r["lens"]["top_id"][-1] == int(logits.argmax())
     assert r["lens"]["rank"][-1] == 0  # the default target is the model's own top-1
     L = model.cfg.n_layers
-    assert len(r["attention"]["first_token_share"]) == L
+    att = [i for i, k in enumerate(model.cfg.layer_kinds) if k == "attention"]
+    assert len(r["attention"]["first_token_share"]) == len(att) and r["attention"]["layers"] == att
     assert len(r["ablation"]["delta_loss"]) == L and len(r["grad_norm"]) == 2 * L
     json.dumps(r, allow_nan=False)  # plain JSON for the page
 
@@ -323,3 +324,61 @@ def test_probe_run_cli_shows_byte_level_tokens_as_text(tmp_path, capsys):
     assert f"The target ' 残' is {n} token" in out
     assert main(["next-token", "--run", str(run), "--prompt", prompt, "--show", "20"]) == 0
     assert "\ufffd" not in capsys.readouterr().out
+
+
+def test_a_hybrids_deltanet_mixing_matrix_is_its_rule_applied_to_the_values():
+    """The effective mixing matrix of each Gated DeltaNet layer, applied to the layer's own
+    values, gives the delta rule's output (the recurrent loop, not the chunked form that
+    built the matrix); the attention shares cover the attention layers, by block number."""
+    from depthlab.model.deltanet import recurrent_gated_delta_rule
+    from depthlab.probes.realmodel import DELTA_SITES, deltanet_mixing
+    model = _model("qwen3_5", seed=3)
+    kinds = model.cfg.layer_kinds
+    att = [i for i, k in enumerate(kinds) if k == "attention"]
+    delta = [i for i, k in enumerate(kinds) if k != "attention"]
+    assert att and delta  # the preset is a hybrid
+    r = realmodel_probes(model, IDS)
+    assert r["attention"]["layers"] == att == r["attention_maps"]["layers"]
+    assert len(r["attention_maps"]["maps"]) == len(att)
+    assert r["deltanet_mixing"]["layers"] == delta
+    sites = [f"blocks.{i}.attn.{s}" for i in delta for s in (*DELTA_SITES, "hook_v")]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.tensor([IDS]), names=sites)
+    for i in delta:
+        q, k, g, beta, v = (cache[f"blocks.{i}.attn.{s}"].double() for s in (*DELTA_SITES, "hook_v"))
+        M = deltanet_mixing(q[0], k[0], g[0], beta[0])
+        expected, _ = recurrent_gated_delta_rule(q, k, v, g, beta)
+        assert torch.allclose(M @ v[0], expected[0], rtol=1e-9, atol=1e-12)
+        assert bool((M.triu(1) == 0).all())  # causal
+        thousandths = r["deltanet_mixing"]["maps"][delta.index(i)]
+        assert thousandths[0][-1][:3] == (M[0, -1, :3] * 1000).round().long().tolist()
+
+
+def test_an_all_deltanet_model_has_no_attention_to_report_and_says_so():
+    from depthlab.cli.realmodel_report import _attention
+    from depthlab.web.realmodel import readings
+    model = _model("qwen3_5", seed=4, layer_pattern="L")
+    r = realmodel_probes(model, IDS[:8])
+    assert r["attention"] is None and r["attention_maps"] is None
+    assert r["deltanet_mixing"]["layers"] == list(range(model.cfg.n_layers))
+    assert "No softmax attention layer" in " ".join(_attention(r))
+    said = readings(r | {"tokens": None, "n_tokens": 8})
+    assert "no softmax attention" in said["attention"]["en"]
+    assert "softmax" in said["maps"]["en"] and "softmax" in said["maps"]["zh"]
+    json.dumps(r, allow_nan=False)
+
+
+def test_probe_run_on_a_hybrid_run_names_its_deltanet_layers(tmp_path, capsys):
+    cfg = get_preset("qwen3_5")
+    torch.manual_seed(5)
+    run = tmp_path / "hybrid-run"
+    rundir.write_config(run, cfg)
+    rundir.save_weights(run, Transformer(cfg.model).eval())
+    ids = ",".join(map(str, IDS[:10]))
+    assert main(["probe", "run", str(run), "--ids", ids]) == 0
+    table = capsys.readouterr().out
+    delta = [i for i, k in enumerate(cfg.model.layer_kinds) if k != "attention"]
+    assert f"Layers {', '.join(map(str, delta))} are Gated DeltaNet layers" in table
+    assert main(["probe", "run", str(run), "--ids", ids, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["deltanet_mixing"]["layers"] == delta

@@ -146,7 +146,7 @@ def test_a_static_answer_is_the_live_answer():
     answers, grid = export.section_answers(sections.section("sweep"), "small")
     assert grid == {"n": [2, 8, 32, 64]}
     req = SimulateRequest(mode="collapse", n=8, g=1.5, residual="scaled", norm="rmsnorm")
-    assert request_key(req) == ('{"g":1.5,"mode":"collapse","n":8,"norm":"rmsnorm",'
+    assert request_key(req) == ('{"g":1.5,"mixer":"attention","mode":"collapse","n":8,"norm":"rmsnorm",'
                                 '"residual":"scaled","x0_mix":false}')
     stored, shared = export.share(export._round({"simulate": {request_key(req): compute.simulate(req)}}))
     assert stored["simulate"][request_key(req)] == export._round(compute.simulate(req)) and shared == []
@@ -170,14 +170,33 @@ def test_a_static_copy_holds_x0_mixing_on_the_plain_residual(monkeypatch):
     monkeypatch.setitem(sections.GRIDS, "tiny", {"n": (4,), "g": (1.5,), "g_step": 1.0})
     for name, model, extra in (("sweep", SweepRequest, {}), ("simulate", SimulateRequest, {"g": 1.5})):
         answers, grid = export.section_answers(sections.section(name), "tiny")
-        assert "x0_mix" not in grid and len(answers) == len(rows) * (2 if name == "simulate" else 1)
+        mixed = len(sections.mixer_switches()) if name == "simulate" else 0  # collapse only
+        assert "x0_mix" not in grid and len(answers) == len(rows) * (2 if name == "simulate" else 1) + mixed
         on = model(n=4, residual="plain", x0_mix=True, **extra)
         key = request_key(sections.defaults(model) | {"n": 4, "x0_mix": True} | extra)
         assert key == request_key(on) and '"x0_mix":true' in key
         assert answers[key] == compute.adapter(sections.section(name))(on)
         off = request_key(model(n=4, residual="plain", **extra))
         assert '"x0_mix":false' in off and answers[off]["improved"] != answers[key]["improved"]
-        assert sum('"x0_mix":true' in k for k in answers) == 2 * len(answers) // len(rows)  # 2 per mode
+        assert sum('"x0_mix":true' in k for k in answers) == 2 * (len(answers) - mixed) // len(rows)  # 2 per mode
+
+
+def test_a_static_copy_holds_the_other_mixers_in_collapse_mode_on_the_plain_residual(monkeypatch):
+    """Each mixer but attention (the registry's and hybrid), collapse mode only, on the
+    residuals of STATIC_MIXERS with each norm: keyed with its mixer, each the live answer."""
+    from depthlab.probes.simulator_bounds import NORMS, SIM_MIXERS
+    from depthlab.web.schemas import SimulateRequest
+
+    others = [m for m in SIM_MIXERS if m != "attention"]
+    rows = sections.mixer_switches()
+    assert len(rows) == len(others) * len(NORMS) * len(sections.STATIC_MIXERS)
+    monkeypatch.setitem(sections.GRIDS, "tiny", {"n": (4,), "g": (1.5,), "g_step": 1.0})
+    answers, _ = export.section_answers(sections.section("simulate"), "tiny")
+    for mixer in others:
+        req = SimulateRequest(mode="collapse", n=4, g=1.5, residual="plain", mixer=mixer)
+        assert answers[request_key(req)] == compute.simulate(req)
+        assert answers[request_key(req)]["request"]["mixer"] == mixer
+    assert not any(f'"mixer":"{m}","mode":"gradient"' in k for k in answers for m in others)
 
 
 @pytest.mark.parametrize(("x", "text"), [

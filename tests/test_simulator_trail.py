@@ -138,7 +138,7 @@ def test_the_static_export_carries_each_rows_trail_rounded_and_small(monkeypatch
     monkeypatch.setitem(sections.GRIDS, "tiny", {"n": (2,), "g": (1.0,), "g_step": 1.0})
     answers, _ = export.section_answers(sections.section("simulate"), "tiny")
     answers = export._round(answers)  # as static_sections rounds them
-    assert len(answers) == 2 * len(sections.switches())  # both modes, every switch
+    assert len(answers) == 2 * len(sections.switches()) + len(sections.mixer_switches())  # + collapse mixers
     for answer in answers.values():
         for row in (answer["naive"], answer["improved"]):
             t = row["trail"]

@@ -509,3 +509,41 @@ def test_frontier_absent_present_and_corrupt(client, runs):
     body = client.get("/api/frontier").json()
     # a file without the page's readings (written before they were shipped) gets them
     assert body["has_data"] is True and body["frontier"] == {**data, "readings": {}} and "error" not in body
+
+
+def test_simulate_takes_the_mixer_and_refuses_it_where_it_does_not_apply(client):
+    """mixer: collapse mode answers each of SIM_MIXERS as the CLI's JSON; gradient mode, the
+    sweep and a residual the model's DeltaNet layer refuses get one line in the page's
+    language; an unknown mixer is a 422 naming the field; the schema says all of it."""
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")
+    from depthlab.config import DELTANET_REFUSES_RESIDUAL
+    from depthlab.probes import StackRequest, compare
+    from depthlab.probes.simulator_bounds import SIM_MIXERS
+    from depthlab.variants import RESIDUAL_SPECS
+
+    refused = [r for r, s in RESIDUAL_SPECS.items() if any(a(s) for a, _ in DELTANET_REFUSES_RESIDUAL)]
+    spec = client.get("/openapi.json").json()
+    valid = {m: jsonschema_rs.validator_for({"$ref": f"#/components/schemas/{m}",
+                                              "components": spec["components"]}).is_valid
+             for m in ("SimulateRequest", "SweepRequest")}
+    for mixer in SIM_MIXERS:
+        body = {"mode": "collapse", "n": 4, "mixer": mixer}
+        r = client.post("/api/simulate", json=body)
+        assert r.status_code == 200 and valid["SimulateRequest"](body)
+        assert r.json() == json.loads(json.dumps(
+            compare(StackRequest(depth=4, residual="plain", mixer=mixer), "collapse").to_json()))
+        if mixer == "attention":
+            continue
+        for path, body, code in (("/api/simulate", {"n": 4, "mixer": mixer}, "err.mixer_mode"),
+                                 *(("/api/simulate", {"mode": "collapse", "n": 4, "mixer": mixer,
+                                                      "residual": res}, "err.mixer_with")
+                                   for res in refused)):
+            assert not valid["SimulateRequest"](body)
+            for lang, says in (("en", "mixer: must be attention"), ("zh", "mixer：")):
+                r = client.post(path, json=body, headers={"accept-language": lang})
+                assert r.status_code == 400 and r.json()["code"] == code
+                assert r.json()["error"].startswith(says) and "\n" not in r.json()["error"]
+        assert not valid["SweepRequest"]({"n": 4, "mixer": mixer})
+        assert client.post("/api/sweep", json={"n": 4, "mixer": mixer}).status_code == 400
+    r = client.post("/api/simulate", json={"mode": "collapse", "n": 4, "mixer": "mamba"})
+    assert r.status_code == 422 and r.json()["error"].startswith("mixer: ")

@@ -25,7 +25,7 @@ from depthlab.memory import check_fits
 from depthlab.numtext import NumberTextError, parse_numbers
 from depthlab.probes import compare_norms, plots, residual_paths, use_single_thread
 from depthlab.probes.plots import plot_growth, plot_sweep
-from depthlab.probes.simulator_bounds import MAX_DEPTH, NORMS, PAGE_MAX_DEPTH
+from depthlab.probes.simulator_bounds import HYBRID_KINDS, MAX_DEPTH, NORMS, PAGE_MAX_DEPTH, SIM_MIXERS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "ratio and stream RMS. Example: depthlab probe gradflow --depth 32 "
                         "--gain 0.5 --residual plain")
     _stack_args(g, default_gain=1.0)
+    g.add_argument("--mixer", default="attention", metavar="NAME",
+                   help="gradient mode has no token mixer (its sublayer tanh(x W1) W2 acts on "
+                   "each token alone), so any value but attention is refused; see probe collapse")
     g.add_argument("--sweep", action="store_true",
                    help="the ratio over 31 gains in [0.5, 2.0], naive and improved rows")
     g.set_defaults(handler=gradflow)
@@ -48,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "depthlab probe collapse --depth 32 --residual scaled --norm rmsnorm")
     _stack_args(c, default_gain=1.0)
     c.add_argument("--ffn", action="store_true", help="a tanh FFN after every attention layer")
+    c.add_argument("--mixer", choices=SIM_MIXERS, default="attention", metavar="NAME",
+                   help="the token mixer of every layer, both rows: one of "
+                   f"{', '.join(SIM_MIXERS)} (default attention; gated_deltanet: a random "
+                   "one-head gated delta rule; hybrid: layers repeat "
+                   f"{'/'.join(HYBRID_KINDS)}, the lesson anchor's 3:1)")
     c.set_defaults(handler=collapse)
 
     w = psub.add_parser("growth", help="the residual stream grows like sqrt(1 + writes)",
@@ -119,7 +127,7 @@ def _request(args: argparse.Namespace, **extra: object):
                             f"needs a skip path; use --residual scaled (got --residual {residual})")
         residual = "scaled"
     return StackRequest(depth=args.depth, gain=args.gain, residual=residual, norm=args.norm,
-                        x0_mix=args.x0_mix, seed=args.seed, **extra)
+                        x0_mix=args.x0_mix, seed=args.seed, mixer=args.mixer, **extra)
 
 
 def _plot(draw, path: str, *results: object) -> None:
@@ -225,15 +233,20 @@ def collapse(args: argparse.Namespace) -> int:
     req = _request(args, ffn=args.ffn)
     stacks = _columns(req)
     both = compare(req, "collapse")
-    _refuse_underflow(req, both, ("rel_distance", "mean_cosine"), "stream's tokens",
-                      "distances and cosines")
+    if req.mixer == "attention":  # a DeltaNet stack's stream can vanish at any gain: shown
+        _refuse_underflow(req, both, ("rel_distance", "mean_cosine"), "stream's tokens",
+                          "distances and cosines")
     if _plot_or_json(args, "plot_collapse", both):
         return 0
     results = [both.naive, both.improved][:len(stacks)]
-    rows = [(i, *(cell for r in results
-                  for cell in (f"{r.rel_distance[i]:.2e}", f"{r.mean_cosine[i]:.3f}")))
+    cell = lambda v, spec: format(v, spec) if math.isfinite(v) else "0/0"
+    rows = [(i, *(c for r in results
+                  for c in (cell(r.rel_distance[i], ".2e"), cell(r.mean_cosine[i], ".3f"))))
             for i in range(len(both.naive.rel_distance))]
-    kind = "attention + FFN" if req.ffn else "attention only"
+    mixer = {"attention": "attention", "gated_deltanet": "Gated DeltaNet",
+             "hybrid": "hybrid 3 DeltaNet : 1 attention"}.get(req.mixer, req.mixer)
+    kind = f"{mixer} + FFN" if req.ffn else f"{mixer} only"
+    vanished = any(not math.isfinite(v) for r in results for v in r.rel_distance)
     print_lines([
         f"token collapse, {kind}, N={req.depth}, g={req.gain}, seed {req.seed}, "
         f"{req.tokens} tokens",
@@ -242,7 +255,10 @@ def collapse(args: argparse.Namespace) -> int:
         *legend(("layer", "after that many layers, 0 = the input"),
                 ("r", "distance from all tokens equal, |X - mean token| / |X|: 0 = collapsed"),
                 ("cos", "mean cosine over pairs of tokens: 1 = collapsed"),
-                *stacks),
+                *stacks,
+                *([("0/0", "the stream underflowed to exactly 0 in float64: no direction "
+                   "left to compare (a DeltaNet layer's write shrinks the stream)")]
+                  if vanished else [])),
     ])
     return 0
 

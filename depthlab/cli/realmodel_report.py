@@ -42,13 +42,26 @@ def _first(r: dict[str, Any]) -> str:
     return repr(r["tokens"][0]) if r.get("tokens") else f"id {r['prompt_ids'][0]}"
 
 
+def _deltanet(r: dict[str, Any]) -> list[str]:
+    """The line a hybrid's Gated DeltaNet layers get in place of attention rows."""
+    d = r.get("deltanet_mixing")
+    if d is None:
+        return []
+    return ["", f"Layers {', '.join(map(str, d['layers']))} are Gated DeltaNet layers: no softmax "
+            "weights, so no attention share or map; their effective causal mixing matrices "
+            "(o_t = sum_s M[t, s] v_s) are in --json under deltanet_mixing."]
+
+
 def _attention(r: dict[str, Any]) -> list[str]:
     a = r["attention"]
+    if a is None:
+        return ["", "No softmax attention layer in this model (every layer is Gated DeltaNet).",
+                *_deltanet(r)[1:]]
     n_heads = len(a["first_token_share"]) * len(a["first_token_share"][0])
     rows = [(i, " ".join(f"{h:.2f}" for h in heads), f"{mean:.3f}", f"{mean / a['uniform']:.2f}")
-            for i, (mean, heads) in enumerate(zip(a["layer_share"], a["first_token_share"],
-                                                  strict=True))]
-    return [
+            for i, mean, heads in zip(a["layers"], a["layer_share"], a["first_token_share"],
+                                      strict=True)]
+    return [*_deltanet(r),
         "", f"Attention on the first token (uniform causal attention: H_T/T = {a['uniform']:.4f}); "
         f"{a['n_heads_above']} heads of {n_heads} ({a['heads_above']:.1%}) put more than "
         f"{a['threshold']} there:",

@@ -9,7 +9,9 @@ from Hugging Face or from a GGUF) and one prompt:
   the angle between consecutive residual states (Gromov et al. 2024's arccos/pi);
 - the first token soaks up attention (an attention sink, Xiao et al. 2023): its share
   per layer and head against uniform causal attention, H_T / T, and the share of heads
-  above 0.3 (Gu et al. 2024);
+  above 0.3 (Gu et al. 2024), over the softmax-attention layers (`layers`; a hybrid's
+  Gated DeltaNet layers have no softmax weights: `deltanet_mixing` gives their effective
+  causal mixing matrices instead);
 - massive activations (Sun et al. 2024): per layer the largest |activation| in the
   stream, its dimension and token, against the median |activation|;
 - token collapse on real text: mean cosine and the distance from all-equal per state;
@@ -36,6 +38,7 @@ from depthlab.errors import UserError
 from depthlab.finite import check_finite_logits, check_finite_weights
 from depthlab.locales import marked
 from depthlab.memory import check_fits
+from depthlab.model.deltanet import chunked_gated_delta_rule
 from depthlab.model.residual import stream_view
 from depthlab.probes import stream_views as views
 from depthlab.probes.simulator import json_list, mean_cosine, rel_distance
@@ -120,15 +123,47 @@ def stream_probes(states: torch.Tensor, writes: torch.Tensor) -> dict[str, Any]:
             "mean_cosine_other_tokens": json_list(mean_cosine(states[:, 1:]).tolist())}
 
 
-def attention_probes(patterns: list[torch.Tensor]) -> dict[str, Any]:
-    """First-token share per layer and head from the [H, T, T] softmax weights."""
+def attention_probes(patterns: list[torch.Tensor], layers: list[int] | None = None) -> dict[str, Any]:
+    """First-token share per layer and head from the [H, T, T] softmax weights; `layers`
+    are the blocks they belong to (default 0..L-1; a hybrid's attention layers only)."""
     T = patterns[0].shape[-1]
     per_head = torch.stack([p[:, :, 0].mean(-1) for p in patterns])  # [L, H]: mean over queries
     uniform = uniform_first_share(T)
-    return {"first_token_share": per_head.tolist(), "layer_share": per_head.mean(-1).tolist(),
+    return {"layers": list(range(len(patterns))) if layers is None else list(layers),
+            "first_token_share": per_head.tolist(), "layer_share": per_head.mean(-1).tolist(),
             "uniform": uniform, "threshold": SINK_THRESHOLD,
             "heads_above": (per_head > SINK_THRESHOLD).double().mean().item(),
             "n_heads_above": int((per_head > SINK_THRESHOLD).sum())}
+
+
+DELTA_SITES = ("hook_q", "hook_k", "hook_decay", "hook_beta")  # what the mixing matrix reads
+
+
+def deltanet_mixing(q: torch.Tensor, k: torch.Tensor, g: torch.Tensor,
+                    beta: torch.Tensor) -> torch.Tensor:
+    """The effective causal mixing matrix [H, T, T] of a Gated DeltaNet layer for one prompt.
+
+    Given q, k [H, T, Dk], the log decays g and write strengths beta [H, T] (all fixed by
+    the prompt), the delta rule's output is linear in the values: o_t = sum_s M[t, s] v_s
+    from a zero state. Row t of M is the output when v is the identity (v_s = e_s), so the
+    model's own chunked rule run on T one-hot values gives M exactly. It plays the part of
+    an attention map, but is no average: entries may be negative and rows need not sum to 1
+    (the state forgets and overwrites). It is what reaches the gated norm, before z."""
+    T = q.shape[-2]
+    eye = torch.eye(T, dtype=torch.float64).expand(q.shape[0], T, T)
+    out, _ = chunked_gated_delta_rule(*(t.double()[None] for t in (q, k, eye, g, beta)))
+    return out[0]
+
+
+def mixing_maps(mixes: list[torch.Tensor], layers: list[int]) -> dict[str, Any]:
+    """The DeltaNet layers' mixing matrices as attention_maps' lower triangles, in
+    thousandths (signed); None past MAX_MAP_TOKENS tokens."""
+    T = mixes[0].shape[-1] if mixes else 0
+    out = {"layers": layers, "n_tokens": T, "max_tokens": views.MAX_MAP_TOKENS, "scale": 1000}
+    if not mixes or T > views.MAX_MAP_TOKENS:
+        return out | {"maps": None}
+    return out | {"maps": [[[row[: q + 1] for q, row in enumerate(head)]
+                            for head in (m * 1000).round().to(torch.int64).tolist()] for m in mixes]}
 
 
 def massive_probes(states: torch.Tensor, labels: list[str]) -> dict[str, Any]:
@@ -278,9 +313,16 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
     pos = len(ids) - 1 if position is None else position % len(ids)
     base = probe_model(model, ids)
     idx = torch.tensor([ids], device=next(model.parameters()).device)
-    patterns = [f"blocks.{i}.attn.hook_pattern" for i in range(L)]
+    # softmax weights from the attention layers; a Gated DeltaNet layer (a hybrid's letter
+    # L) has none, and gives the inputs of its effective mixing matrix instead
+    kinds = model.cfg.layer_kinds
+    att = [i for i in range(L) if kinds[i] == "attention"]
+    delta = [i for i in range(L) if kinds[i] != "attention"]
+    patterns = [f"blocks.{i}.attn.hook_pattern" for i in att]
+    delta_sites = [[f"blocks.{i}.attn.{s}" for s in DELTA_SITES] for i in delta]
     pre = [f"blocks.{i}.hook_resid_pre" for i in range(L)]
-    sites = _state_sites(L) + _write_sites(L) + patterns + pre
+    sites = (_state_sites(L) + _write_sites(L) + patterns + [s for d in delta_sites for s in d]
+             + pre)
     with torch.no_grad():
         logits, cache = model.run_with_cache(idx, names=sites)
     check_finite_logits(logits, run, f"of the {len(ids):,}-token prompt")
@@ -292,11 +334,14 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
     labels = state_labels(L)
     loss = next_token_loss(logits, idx)
     maps = [cache[p][0].float() for p in patterns]
+    mixes = [deltanet_mixing(*(cache[s][0] for s in d)) for d in delta_sites]
     # `base` holds the gradient per sublayer and the stream summary of `depthlab.probes.real`.
     return {**base, "prompt_ids": list(ids), "n_layers": L,
             "stream": {"states": labels, **stream_probes(states, writes)},
-            "attention": attention_probes(maps),
-            "attention_maps": {**views.attention_maps(maps), "kv_heads": model.cfg.kv_heads},
+            "attention": attention_probes(maps, att) if att else None,
+            "attention_maps": {**views.attention_maps(maps), "kv_heads": model.cfg.kv_heads,
+                               "layers": att} if att else None,
+            "deltanet_mixing": mixing_maps(mixes, delta) if delta else None,
             "dla": views.direct_logit_attribution(model, states, target, pos,
                                                   float(logits[0, pos, target]), labels),
             "path": {"states": labels, **views.stream_path(states, pos)},

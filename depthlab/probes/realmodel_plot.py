@@ -33,7 +33,10 @@ def plot_realmodel(r: dict[str, Any], path: str) -> None:
     p.legend(fontsize=8)
 
     p = ax[0, 2]
-    layers = list(range(len(a["layer_share"])))
+    if a is None:  # every layer Gated DeltaNet: no softmax weights
+        a = {"layers": [], "layer_share": [], "first_token_share": [], "uniform": float("nan"),
+             "heads_above": 0.0, "threshold": 0.3}
+    layers = a["layers"]  # a hybrid's attention layers only
     for h, share in enumerate(zip(*a["first_token_share"], strict=True)):
         p.plot(layers, share, ".", color="0.7", label="heads" if h == 0 else None)
     p.plot(layers, a["layer_share"], "o-", label="layer mean")

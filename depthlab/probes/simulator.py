@@ -11,6 +11,19 @@ Two sublayer forms, weights ~ normal(0, g^2 / fan_in), 6 tokens of width 16, flo
   `ffn=True` puts the tanh sublayer after every attention sublayer (2N sublayers).
   Causal averaging of 6 tokens contracts the spread by 1/2 per layer once the pattern
   is flat (the second eigenvalue of the uniform causal average), the lesson's rate.
+  `mixer` swaps that sublayer for a random Gated DeltaNet one (below), or `hybrid` makes
+  every 4th layer attention and the other three DeltaNet, as the lesson's anchor does.
+  Gradient mode has no token mixer (its sublayer acts on each token alone).
+
+The Gated DeltaNet sublayer is the model's rule with one head of width d and no conv,
+gated norm or out_proj: q = L2(h Wq) / sqrt(d), k = L2(h Wk), v = h Wv with the same
+Wq, Wk, Wv the attention sublayer of that layer would use (so the switch changes only how
+tokens are mixed), and per token the model's decay and write strength,
+g_t = -A softplus(h_t . w_a + 1) and beta_t = sigmoid(h_t . w_b), with w_a, w_b ~
+normal(0, g^2 / d) and A ~ uniform(0.01, 16), the init of `GatedDeltaNet.A_log` (dt_bias
+= 1). These come from a second generator seeded by (seed, N), so the attention rows'
+numbers do not move. The output is depthlab.model.deltanet's own
+`chunked_gated_delta_rule` in float64, from a zero state.
 
 With `x0_mix`, the stream starts at the input normalised to RMS 1 (x0) and every layer's
 input is resid_l * x + x0_l * x0 with the model's init (1.15 -> 1.05, 0.20 -> 0.05 over
@@ -57,14 +70,24 @@ from functools import lru_cache
 
 import torch
 
-from depthlab.config import ModelConfig
+from depthlab.config import DELTANET_REFUSES_RESIDUAL, ModelConfig
 from depthlab.errors import UserError
+from depthlab.model.deltanet import chunked_gated_delta_rule, l2_normalize
 from depthlab.model.norms import make_norm
 from depthlab.model.residual import RESIDUAL_BUILDERS, Residual
 from depthlab.model.shortcuts import x0_mix_init
 from depthlab.model.transformer import resets_itself
 from depthlab.probes.jsonsafe import json_list, json_number
-from depthlab.probes.simulator_bounds import MAX_DEPTH, MAX_GAIN, NORMS, SIM_STREAMS, SWEEP_GAINS
+from depthlab.probes.simulator_bounds import (
+    HYBRID,
+    HYBRID_KINDS,
+    MAX_DEPTH,
+    MAX_GAIN,
+    NORMS,
+    SIM_MIXERS,
+    SIM_STREAMS,
+    SWEEP_GAINS,
+)
 from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 DTYPE = torch.float64  # ratios reach 1e-20; float32 would round them to noise
@@ -100,6 +123,7 @@ class StackRequest:
     norm: str = "none"  # none | rmsnorm on each sublayer's input
     ffn: bool = False  # collapse mode only: a tanh FFN after every attention sublayer
     x0_mix: bool = False  # before every layer x <- resid_l x + x0_l x0 (model.x0_mix)
+    mixer: str = "attention"  # collapse mode's token mixer: a MIXER_SPECS key or hybrid
     seed: int = 0
     tokens: int = 6
     width: int = 16  # small, like the page's simulator; 64+ smooths seed-to-seed spread
@@ -122,12 +146,21 @@ class StackRequest:
         _check("norm", self.norm == "none" or not spec.needs_no_norm,
                f"none with residual={self.residual} (it keeps the stream on the unit sphere "
                "itself, with no norm layer)", self.norm)
+        _check("mixer", self.mixer in SIM_MIXERS, "one of " + ", ".join(SIM_MIXERS), self.mixer)
+        if self.mixer != "attention":  # the model's own refusals (depthlab.config)
+            why = next((why for applies, why in DELTANET_REFUSES_RESIDUAL if applies(spec)), None)
+            _check("mixer", why is None, f"attention with residual={self.residual} (it {why})",
+                   self.mixer)
         _check("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**31,
                "an integer >= 0", self.seed)
         _check("tokens", isinstance(self.tokens, int) and 2 <= self.tokens <= 256,
                "an integer between 2 and 256", self.tokens)
         _check("width", isinstance(self.width, int) and 2 <= self.width <= 1024,
                "an integer between 2 and 1024", self.width)
+
+    def layer_kind(self, layer: int) -> str:
+        """The token mixer of collapse-mode layer `layer`: a MIXER_SPECS key."""
+        return HYBRID_KINDS[layer % len(HYBRID_KINDS)] if self.mixer == HYBRID else self.mixer
 
     def naive(self) -> StackRequest:
         """The naive stack x <- F(x) with the same N, g, seed and sizes."""
@@ -307,7 +340,8 @@ class SweepResult:
 
 def _generator(seed: int, depth: int, mode: str) -> torch.Generator:
     # Seeded by (seed, N, mode): changing N regenerates the whole set of weights.
-    return torch.Generator().manual_seed(seed * 1_000_003 + depth * 1009 + {"grad": 1, "attn": 2}[mode])
+    modes = {"grad": 1, "attn": 2, "delta": 3}  # delta: the DeltaNet sublayers' own draws
+    return torch.Generator().manual_seed(seed * 1_000_003 + depth * 1009 + modes[mode])
 
 
 def _inputs(req: StackRequest) -> torch.Tensor:
@@ -350,6 +384,41 @@ def _attention_sublayer(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor,
 
 
 _attention_sublayer.projections = ("q_proj", "k_proj", "v_proj")
+
+A_RANGE = (0.01, 16.0)  # GatedDeltaNet.reset_parameters: A ~ uniform(0.01, 16), dt_bias = 1
+
+
+def _deltanet_sublayer(h: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor,
+                       wa: torch.Tensor, wb: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """One head of the model's gated delta rule over the tokens of h [..., T, d]: the
+    module docstring's rule, through depthlab.model.deltanet's chunked form."""
+    T, d = h.shape[-2], h.shape[-1]
+    flat = h.reshape(-1, T, d)  # [B, T, d], one head: [B, 1, T, *]
+    q = (l2_normalize(flat @ wq) / math.sqrt(d))[:, None]
+    k = l2_normalize(flat @ wk)[:, None]
+    v = (flat @ wv)[:, None]
+    g = (-A * torch.nn.functional.softplus(flat @ wa + 1.0))[:, None]  # log decay, <= 0
+    beta = torch.sigmoid(flat @ wb)[:, None]
+    out, _ = chunked_gated_delta_rule(q, k, v, g, beta)
+    return out[:, 0].reshape(h.shape)
+
+
+_deltanet_sublayer.projections = ("q_proj", "k_proj", "v_proj", "in_proj_a", "in_proj_b", "A_log")
+MIXER_SUBLAYERS = {"attention": _attention_sublayer, "gated_deltanet": _deltanet_sublayer}
+
+
+def deltanet_weights(req: StackRequest) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(w_a [d], w_b [d], A []) for each layer of a collapse stack, from their own generator
+    seeded by (seed, N); w_a, w_b times the gain, A from the model's init."""
+    gen = _generator(req.seed, req.depth, "delta")
+    out = []
+    for _ in range(req.depth):
+        wa, wb = (req.gain * torch.randn(2, req.width, generator=gen, dtype=DTYPE)
+                  / math.sqrt(req.width))
+        lo, hi = A_RANGE
+        A = lo + (hi - lo) * torch.rand((), generator=gen, dtype=DTYPE)
+        out.append((wa, wb, A))
+    return out
 
 
 class Wiring:
@@ -471,6 +540,7 @@ def gradient_reach(req: StackRequest) -> GradResult:
 def gain_sweep(req: StackRequest, gains: tuple[float, ...] = SWEEP_GAINS) -> SweepResult:
     """Bottom/top ratio over g (default 31 gains in [0.5, 2.0]), naive and improved rows,
     each computed as one batched pass over all gains."""
+    no_mixer(req)
     for value in gains:
         replace(req, gain=value)  # validates each gain
     g = torch.tensor(gains, dtype=DTYPE)
@@ -498,10 +568,12 @@ def mean_cosine(x: torch.Tensor) -> torch.Tensor:
 
 @lru_cache(maxsize=512)
 def token_collapse(req: StackRequest) -> CollapseResult:
-    """Do the tokens become the same vector? Attention-only (or attention + FFN) stack."""
+    """Do the tokens become the same vector? A stack of token mixers (attention, Gated
+    DeltaNet or the hybrid), with or without an FFN after each."""
     gen = _generator(req.seed, req.depth, "attn")
     per_layer = 5 if req.ffn else 3
     w = req.gain * _unit_weights(gen, per_layer * req.depth, req.width)
+    delta = deltanet_weights(req) if req.mixer != "attention" else None
     wired = wiring(req.config())
     x = wired.open(_inputs(req).unsqueeze(0))  # [1, T, d]: one sequence, like a batch of one
     x = _x0(x) if req.x0_mix else x  # x0_mix: the stream starts at x0, as the model's does
@@ -514,7 +586,9 @@ def token_collapse(req: StackRequest) -> CollapseResult:
         for layer in range(req.depth):
             x = wired.mix(layer, req.depth, x, x0)
             wq, wk, wv, *ffn = w[per_layer * layer: per_layer * (layer + 1)]
-            for sublayer, weights in ((_attention_sublayer, (wq, wk, wv)), (_tanh_sublayer, ffn)):
+            mixer = req.layer_kind(layer)
+            mixing = (wq, wk, wv) + (delta[layer] if mixer == "gated_deltanet" else ())
+            for sublayer, weights in ((MIXER_SUBLAYERS[mixer], mixing), (_tanh_sublayer, ffn)):
                 if not weights:
                     continue
                 record = writes if k < TRAIL_WRITES else None
@@ -535,4 +609,13 @@ MODES = {"gradient": gradient_reach, "collapse": token_collapse}
 def compare(req: StackRequest, mode: str) -> Comparison:
     """The naive stack beside `req`'s for one mode (gradient | collapse)."""
     probe = MODES[mode]
+    if mode == "gradient":
+        no_mixer(req)
     return Comparison(mode, probe(req.naive()), probe(req))
+
+
+def no_mixer(req: StackRequest) -> None:
+    """Gradient mode's sublayer acts on each token alone: a mixer switch there is refused."""
+    _check("mixer", req.mixer == "attention", "attention in gradient mode (its sublayer, "
+           "tanh(x W1) W2, acts on each token alone: there is no token mixer to switch; "
+           "the mixer applies to collapse mode)", req.mixer)

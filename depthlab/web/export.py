@@ -122,7 +122,8 @@ def page_data(runs_dir: Path, grid: str = "standard", progress: bool = False) ->
             "locales": {lang: table(lang) for lang in LANGS},
             "sections": answers, "shared": shared}
     # which residuals' x0-mixing rows this copy holds (the page disables the switch elsewhere)
-    data["meta"]["simulator"] = {**data["meta"]["simulator"], "x0_static": list(sections.STATIC_X0_MIX)}
+    data["meta"]["simulator"] = {**data["meta"]["simulator"], "x0_static": list(sections.STATIC_X0_MIX),
+                                 "mixer_static": list(sections.STATIC_MIXERS)}
     data["anatomy_configs"] = {"presets": [n for n in sections.ANATOMY if n in PRESETS],
                                "configs": [n for n in sections.ANATOMY if n not in PRESETS]}
     runs = Runs(runs_dir)

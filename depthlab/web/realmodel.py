@@ -265,8 +265,9 @@ def readings(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         "stream": texts("rm.read.stream", first=f"{rms[0]:.3g}", peak=f"{max(rms):.3g}",
                         expected=f"{s['rms_expected'][-1]:.3g}"),
-        "attention": marked("rm.read.attention", {"token": first_tok}, uniform=f"{a['uniform']:.0%}",
-                            share=f"{sum(a['layer_share']) / len(a['layer_share']):.0%}"),
+        "attention": texts("rm.read.attention_none") if a is None else
+        marked("rm.read.attention", {"token": first_tok}, uniform=f"{a['uniform']:.0%}",
+               share=f"{sum(a['layer_share']) / len(a['layer_share']):.0%}"),
         "massive": marked("rm.read.massive", {"text": big_tok}, value=f"{m['value']:.4g}", dim=m["dim"],
                           token=m["token"], ratio=f"{m['ratio']:.3g}"),
         "collapse": texts("rm.read.collapse", cos=f"{s['mean_cosine'][-1]:.2f}"),
@@ -319,12 +320,16 @@ def stream_readings(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     tok = {"tok": repr(text) if text is not None else f"id {last[-1]}"}
     out["grid"] = marked("rm.read.grid", tok, block=row - 1, p=f"{g['top_prob'][-1][-1][0]:.0%}") \
         if row > 0 else marked("rm.read.grid_embed", tok)
+    if a is None:  # every layer Gated DeltaNet: no softmax weights anywhere
+        out["maps"] = texts("rm.read.maps_none")
+        return out
     shares = a["first_token_share"]
-    layer, head = max(((i, j) for i in range(len(shares)) for j in range(len(shares[i]))),
-                      key=lambda ij: shares[ij[0]][ij[1]])
+    i, head = max(((i, j) for i in range(len(shares)) for j in range(len(shares[i]))),
+                  key=lambda ij: shares[ij[0]][ij[1]])
     half = sum(v > 0.5 for row in shares for v in row)
+    layer = a["layers"][i]  # a hybrid's shares are its attention layers' only
     out["maps"] = marked("rm.read.maps", {"tok": _tok(r, 0)}, layer=layer, head=head,
-                         share=f"{shares[layer][head]:.0%}", n=half, total=sum(map(len, shares)))
+                         share=f"{shares[i][head]:.0%}", n=half, total=sum(map(len, shares)))
     return out
 
 

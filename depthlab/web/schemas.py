@@ -13,9 +13,16 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from pydantic.json_schema import models_json_schema
 from pydantic_core import PydanticCustomError
 
-from depthlab.config import RESIDUALS
+from depthlab.config import DELTANET_REFUSES_RESIDUAL, RESIDUALS
 from depthlab.numtext import NumberTextError, parse_numbers
-from depthlab.probes.simulator_bounds import NORMS, PAGE_GAINS, PAGE_MAX_DEPTH, X0_MIX_FORMULA
+from depthlab.probes.simulator_bounds import (
+    HYBRID_KINDS,
+    NORMS,
+    PAGE_GAINS,
+    PAGE_MAX_DEPTH,
+    SIM_MIXERS,
+    X0_MIX_FORMULA,
+)
 from depthlab.variants import RESIDUAL_SPECS, keys_where
 
 MAX_N = PAGE_MAX_DEPTH  # the simulator's depth slider
@@ -24,6 +31,7 @@ MAX_VECTOR = 64  # the norms calculator
 # The residuals the two switch rules name (their specs' properties, depthlab.variants).
 _X0_MIXED = keys_where(lambda s: s.takes_x0_mix)
 _NORM_FREE = keys_where(lambda s: s.needs_no_norm)
+DELTANET_REFUSED = keys_where(lambda s: any(applies(s) for applies, _ in DELTANET_REFUSES_RESIDUAL))
 MAX_ABS = 1e6
 MAX_PATH_N = 64
 MAX_GROWTH_WRITES = 256
@@ -50,6 +58,20 @@ Gain = Annotated[float, Field(ge=MIN_G, le=MAX_G, allow_inf_nan=False,
                               description="g: init gain, weights ~ N(0, g^2/fan_in)")]
 
 
+_SWITCH_RULES = [
+    {"anyOf": [{"properties": {"x0_mix": {"const": False}}},
+               {"properties": {"residual": {"enum": list(_X0_MIXED)}}}]},
+    {"anyOf": [{"properties": {"norm": {"const": "none"}}},
+               {"properties": {"residual": {"not": {"enum": list(_NORM_FREE)}}}}]},
+    # a mixer other than attention: never with a residual the model's DeltaNet layer refuses
+    {"anyOf": [{"properties": {"mixer": {"const": "attention"}}},
+               {"properties": {"residual": {"not": {"enum": list(DELTANET_REFUSED)}}}}]},
+]
+# ... and only in collapse mode: gradient mode (the default, and the sweep) has no token mixer
+_MIXER_IN_COLLAPSE = {"anyOf": [{"properties": {"mixer": {"const": "attention"}}},
+                                {"properties": {"mode": {"const": "collapse"}}, "required": ["mode"]}]}
+
+
 class Switches(_Request):
     """The improved (green) row in the model's vocabulary; none, none is the naive (red) row.
 
@@ -58,12 +80,7 @@ class Switches(_Request):
     the schema accepts is one the simulator takes, and one it refuses gets the 400
     documented beside it (depthlab.probes.simulator checks the same two rules)."""
 
-    model_config = ConfigDict(json_schema_extra={"allOf": [
-        {"anyOf": [{"properties": {"x0_mix": {"const": False}}},
-                   {"properties": {"residual": {"enum": list(_X0_MIXED)}}}]},
-        {"anyOf": [{"properties": {"norm": {"const": "none"}}},
-                   {"properties": {"residual": {"not": {"enum": list(_NORM_FREE)}}}}]},
-    ]})
+    model_config = ConfigDict(json_schema_extra={"allOf": _SWITCH_RULES})
 
     residual: Literal[RESIDUALS] = Field(  # type: ignore[valid-type]
         "plain", description="the model's residual, a key of its registry (depthlab.model.residual, "
@@ -76,9 +93,17 @@ class Switches(_Request):
         "input at RMS 1; λ 1.15 → 1.05, μ 0.20 → 0.05 over depth, nanochat's init); only with "
         "residual " + ", ".join(_X0_MIXED) + " (one stream, not kept on the unit sphere), "
         "else refused (400)")
+    mixer: Literal[SIM_MIXERS] = Field(  # type: ignore[valid-type]
+        "attention", description="collapse mode's token mixer, both rows: attention (random "
+        "causal softmax), gated_deltanet (a random one-head gated delta rule, the model's "
+        "chunked form) or hybrid (layers repeat " + "/".join(HYBRID_KINDS) + ", the lesson "
+        "anchor's 3:1); gradient mode (and the sweep) has no token mixer: anything but "
+        "attention is refused there (400), as with a residual the model's DeltaNet layer refuses")
 
 
 class SimulateRequest(Switches):
+    model_config = ConfigDict(json_schema_extra={"allOf": [*_SWITCH_RULES, _MIXER_IN_COLLAPSE]})
+
     mode: Literal["gradient", "collapse"] = Field(
         "gradient", description="gradient: does the gradient reach the bottom; "
         "collapse: do the tokens become the same")
@@ -87,6 +112,9 @@ class SimulateRequest(Switches):
 
 
 class SweepRequest(Switches):
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        *_SWITCH_RULES, {"properties": {"mixer": {"const": "attention"}}}]})
+
     n: Depth = 32
 
 

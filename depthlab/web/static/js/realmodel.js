@@ -38,8 +38,8 @@
                                                                 i > 0, t("rm.s.heads")])),
       data: (r) => {
         const a = r.attention;
-        const L = a.layer_share.length;
-        return [range(0, L - 1), [a.layer_share, Array(L).fill(a.uniform), Array(L).fill(a.threshold)]
+        const L = a.layer_share.length; // a hybrid's attention layers only: their block numbers
+        return [a.layers || range(0, L - 1), [a.layer_share, Array(L).fill(a.uniform), Array(L).fill(a.threshold)]
           .concat(a.first_token_share[0].map((_, i) => a.first_token_share.map((row) => row[i])))];
       } },
     { section: "massive", id: "rm-massive", title: "rm.c.massive", x: "rm.ax.state", y: "rm.ax.abs", yLog: true, at: stateName,
@@ -240,7 +240,7 @@
         const sec = h("div", { class: "rm-section", id: "rm-sec-" + name });
         sec.append(h("h3", {}, DL.tr(q[name])));
         sec.append(h("p", { class: "reading" }, withTokens(result.readings[name])));
-        if (name === "attention") {
+        if (name === "attention" && r.attention) {
           const a = r.attention;
           sec.append(h("p", { class: "readout" }, DL.t("rm.heads", { n: a.n_heads_above, total: a.first_token_share.flat().length,
             pct: DL.fmt(100 * a.heads_above, 3) + "%", th: a.threshold, u: DL.fmt(a.uniform, 3) })));
@@ -270,7 +270,8 @@
         const grid = h("div", { class: "pcharts" });
         sec.append(grid);
         body.append(sec);
-        for (const c of CHARTS.filter((c) => c.section === name)) {
+        // a model without softmax attention (every layer Gated DeltaNet) has no attention chart
+        for (const c of CHARTS.filter((c) => c.section === name && (name !== "attention" || r.attention))) {
           const el = h("div", { class: "chart", id: c.id });
           grid.append(h("figure", { class: "pchart" }, h("figcaption", {}, DL.t(c.title)), el));
           const [xs, ys] = c.data(r);

@@ -203,6 +203,9 @@
 
   function maps(sec, r, avail) {
     const a = r.attention_maps;
+    const dn = r.deltanet_mixing; // a hybrid's Gated DeltaNet layers: no softmax weights to draw
+    if (dn) sec.append(h("p", { class: "note", id: "rm-maps-deltanet" }, DL.t("rm.maps.deltanet", { layers: dn.layers.join(", ") })));
+    if (!a) return;
     if (!a.maps) {
       sec.append(h("p", { class: "note" }, DL.t("rm.maps.long", { n: a.max_tokens, t: a.n_tokens })));
       return;
@@ -214,7 +217,8 @@
     share.forEach((row, l) => row.forEach((v, hd) => { if (v > share[pick[0]][pick[1]]) pick = [l, hd]; }));
     const labels = r.tokens || r.prompt_ids.map(String);
     if (a.kv_heads < H) sec.append(h("p", { class: "note" }, DL.t("rm.maps.kv", { h: H, k: a.kv_heads })));
-    const layerSel = h("select", { id: "rm-map-layer" }, DL.range(0, L - 1).map((l) => h("option", { value: l }, String(l))));
+    const block = (l) => (a.layers ? a.layers[l] : l); // map l belongs to this block
+    const layerSel = h("select", { id: "rm-map-layer" }, DL.range(0, L - 1).map((l) => h("option", { value: l }, String(block(l)))));
     const big = h("div", { class: "rmv-map" });
     const small = h("div", { class: "rmv-heads", role: "group" });
     const tip = tipBox();
@@ -228,8 +232,8 @@
     function show(l, hd) {
       pick = [l, hd];
       layerSel.value = String(l);
-      caption.textContent = DL.t("rm.c.maps", { l, h: hd });
-      const [cv, ctx] = canvas(size + gutter, size + (gutter ? 14 : 0), DL.t("rm.maps.label", { l, h: hd, t: T }));
+      caption.textContent = DL.t("rm.c.maps", { l: block(l), h: hd });
+      const [cv, ctx] = canvas(size + gutter, size + (gutter ? 14 : 0), DL.t("rm.maps.label", { l: block(l), h: hd, t: T }));
       heat(ctx, a.maps[l][hd], size, gutter, gutter ? 14 : 0);
       const cell = size / T;
       if (gutter && cell >= 8) {
@@ -252,7 +256,7 @@
       big.append(cv);
       small.textContent = "";
       for (let i = 0; i < H; i++) {
-        const [c, cx] = canvas(64, 64, DL.t("rm.maps.label", { l, h: i, t: T }));
+        const [c, cx] = canvas(64, 64, DL.t("rm.maps.label", { l: block(l), h: i, t: T }));
         heat(cx, a.maps[l][i], 64, 0, 0);
         const b = h("button", { type: "button", class: "rmv-head" + (i === hd ? " on" : ""), "aria-pressed": String(i === hd),
           onclick: () => show(l, i) }, c, h("span", {}, DL.t("rm.maps.head", { h: i })));

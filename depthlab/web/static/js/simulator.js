@@ -1,7 +1,8 @@
 // The simulator (lesson section 2a/2b): the naive stack (red row) beside an improved one
 // (green row) for one N, g and setting of the model's switches (residual: a name of the
 // model's residual registry; norm: none | rmsnorm on the sublayer input; x0 mixing, the
-// model's x0_mix, for the residuals meta's simulator.x0_mix lists). Two figures share
+// model's x0_mix, for the residuals meta's simulator.x0_mix lists; in collapse mode the token
+// mixer, attention, Gated DeltaNet or their 3:1 hybrid). Two figures share
 // the controls: gradient mode (per-layer gradient bars, stream RMS, bottom/top ratio over g)
 // and collapse mode (distance from all-equal per layer, stream RMS, mean cosine). The
 // sliders' bounds and the switches' choices come from /api/meta (`simulator`).
@@ -83,6 +84,21 @@
     $("t-x0-why").textContent = x0Applies(st.residual) && !x0Stored(st.residual) ? " " + DL.t("sim.t.x0.static.short") : "";
   }
 
+  // The token mixer of collapse mode (meta's simulator.mixers): both rows' sublayers. Gradient
+  // mode has none; a residual the model's DeltaNet layer refuses keeps attention; a static
+  // copy holds the other mixers for the residuals of its mixer_static, without x0 mixing.
+  const mixerWhy = (st) => (st.mode !== "collapse" ? "sim.t.mixer.gradient"
+    : spec && spec.mixer_refused && spec.mixer_refused.includes(st.residual) ? "sim.t.mixer.off"
+    : spec && spec.mixer_static && (!spec.mixer_static.includes(st.residual) || st.x0) ? "sim.t.mixer.static" : null);
+  const mixerOf = (st) => (mixerWhy(st) ? "attention" : st.mixer); // the mixer the request carries
+  function mixerShow(st) {
+    const sel = $("t-mixer");
+    if (!sel) return;
+    const why = mixerWhy(st);
+    Object.assign(sel, { value: mixerOf(st), disabled: !!why });
+    sel.parentElement.title = why ? DL.t(why) : DL.t("sim.t.mixer.hint");
+  }
+
   // The switches, one radio per residual and a checkbox for the input norm, from meta.
   function buildSwitches(spec, st, onSwitch) {
     const box = $("sim-switches");
@@ -114,8 +130,17 @@
     box3.addEventListener("change", (e) => onSwitch({ x0: e.target.checked }));
     x0.append(box3, Object.assign(document.createElement("span"), { id: "t-x0-label", textContent: " " + DL.t("sim.t.x0") }),
               Object.assign(document.createElement("span"), { id: "t-x0-why", className: "note" }));
-    box.append(group, label, " ", x0);
+    const mixer = document.createElement("label");
+    const sel = Object.assign(document.createElement("select"), { id: "t-mixer" });
+    for (const name of spec.mixers || []) {
+      const key = "sim.mixer." + name;
+      sel.append(Object.assign(document.createElement("option"), { value: name, textContent: DL.hasKey(key) ? DL.t(key) : name }));
+    }
+    sel.addEventListener("change", (e) => onSwitch({ mixer: e.target.value }));
+    mixer.append(DL.t("sim.sw.mixer") + " ", sel);
+    box.append(group, label, " ", x0, " ", mixer);
     x0Show(st);
+    mixerShow(st);
   }
 
   // One token through the first writes, as arrows in the plane the server chose
@@ -245,11 +270,12 @@
       }
       $("reading-sim").textContent = r.kind === "gradient"
         ? DL.t("read.grad", { n, g: g.toFixed(2), a: DL.pow10(r.naive.ratio), b: DL.pow10(r.improved.ratio) })
-        : DL.t("read.dist", { n, g: g.toFixed(2), a: DL.pow10(r.naive.rel_distance[n]),
+        : DL.t("read.dist", { n, g: g.toFixed(2), mixer: DL.t("sim.mixer." + (r.request.mixer || "attention")),
+                              a: DL.pow10(r.naive.rel_distance[n]),
                               b: DL.pow10(r.improved.rel_distance[n]) });
       const fresh = current && n === current.n && g === current.g &&
         r.request.residual === current.residual && r.request.norm === current.norm &&
-        r.request.x0_mix === current.x0;
+        r.request.x0_mix === current.x0 && (r.kind !== "collapse" || r.request.mixer === mixerOf(current));
       status.textContent = fresh ? "" : DL.t("sim.busy");
       if (fresh && DL.perf.t0 != null) {
         const t0 = DL.perf.t0;
@@ -301,9 +327,12 @@
           if ($("t-norm")) Object.assign($("t-norm"), { checked: st.norm === "rmsnorm", disabled: normFree(st.residual) });
           if ($("t-norm-label")) $("t-norm-label").textContent = " " + normLabel(st);
           x0Show(st);
+          mixerShow(st);
           $("improved-formula").textContent = formula(st);
           const switches = { residual: st.residual, norm: st.norm, x0_mix: st.x0 };
-          sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, switches));
+          // the mixer travels in collapse mode only (gradient mode and the sweep have none)
+          const mixer = st.mode === "collapse" ? { mixer: mixerOf(st) } : {};
+          sendSim(Object.assign({ mode: st.mode, n: st.n, g: st.g }, switches, mixer));
           if (st.mode === "gradient") sendSweep(Object.assign({ n: st.n }, switches));
         }, () => {}); // a failed meta is shown once, by `ready` above
       },

@@ -37,6 +37,7 @@
     residual: [choice("residuals", "plain"), String],
     norm: [choice("norms", "none"), String],
     x0: [(s) => s === "1", (v) => (v ? "1" : "0")], // model.x0_mix: x ← λᵢ·x + μᵢ·x₀ before every layer
+    mixer: [choice("mixers", "attention"), String], // collapse mode's token mixer (both rows)
     flow: [(s) => s || "course", String],
     stage: [(s) => s || "", String],
     preset: [(s) => (s && /^[a-z0-9_]{1,40}$/.test(s) ? s : "course"), String],
