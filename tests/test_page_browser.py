@@ -263,6 +263,12 @@ def test_every_linear_chart_starts_at_zero_or_says_where_it_starts(live, browser
         page.wait_for_selector("#exp-residual canvas", timeout=20000)
         _wait_readout(page, 32)
         note = table(lang)["chart.broken.low"].split("{v}")[0]
+        # the second language comes by a change of the address's hash, in the same document:
+        # wait for the charts drawn from server answers (the real model's) to be relabelled
+        page.wait_for_function("""([note, lang]) => DL.lang() === lang &&
+            Object.values(DL.charts.all()).every((c) => c.log || !c.yScale || c.yScale[0] <= 0 ||
+                                                       c.yTitle.includes(note))""", arg=[note, lang],
+                               timeout=20000)
         charts = page.evaluate("() => DL.charts.all()")
         linear = {k: c for k, c in charts.items() if not c["log"] and c["yScale"]}
         above = {k for k, c in linear.items() if c["yScale"][0] > 0}
