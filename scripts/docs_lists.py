@@ -28,6 +28,15 @@ def keys(names) -> str:
     return ", ".join(f"`{k}`" for k in names)
 
 
+def keys_of(registry: str) -> Callable[[], str]:
+    """The inline list of one registry's keys (a table of depthlab.variants), read when called."""
+    def listed() -> str:
+        from depthlab import variants
+
+        return keys(getattr(variants, registry))
+    return listed
+
+
 def cell(text: str) -> str:
     """Text as one Markdown table cell: its bars escaped, its lines joined."""
     return " ".join(text.replace("|", "\\|").split())
@@ -37,12 +46,6 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
-
-
-def residual_keys() -> str:
-    from depthlab.variants import RESIDUAL_SPECS
-
-    return keys(RESIDUAL_SPECS)
 
 
 def residuals() -> str:
@@ -68,30 +71,12 @@ def residuals() -> str:
                   for k, s in RESIDUAL_SPECS.items()])
 
 
-def norm_keys() -> str:
-    from depthlab.variants import NORM_SPECS
-
-    return keys(NORM_SPECS)
-
-
 def norms() -> str:
     from depthlab.variants import NORM_SPECS
 
     return table(("norm", "name", "formula", "init", "from"),
                  [(f"`{k}`", s.label or "-", f"`{s.formula}`", s.init, s.source or "-")
                   for k, s in NORM_SPECS.items()])
-
-
-def placement_keys() -> str:
-    from depthlab.variants import PLACEMENTS
-
-    return keys(PLACEMENTS)
-
-
-def ffn_keys() -> str:
-    from depthlab.variants import FFNS
-
-    return keys(FFNS)
 
 
 def shortcuts() -> str:
@@ -101,18 +86,6 @@ def shortcuts() -> str:
                  [(f"`{k}`", f"`{s.formula}`", s.init, s.source,
                    f"`--set model.{k}={'15' if s.off is None else 'true'}`")
                   for k, s in SHORTCUT_SPECS.items()])
-
-
-def mixer_keys() -> str:
-    from depthlab.variants import MIXER_SPECS
-
-    return keys(MIXER_SPECS)
-
-
-def shortcut_keys() -> str:
-    from depthlab.variants import SHORTCUT_SPECS
-
-    return keys(SHORTCUT_SPECS)
 
 
 def presets() -> str:
@@ -165,10 +138,11 @@ def sections() -> str:
 
 
 LISTS: dict[str, Callable[[], str]] = {
-    "residual-keys": residual_keys, "residuals": residuals, "norm-keys": norm_keys, "norms": norms,
-    "placement-keys": placement_keys, "ffn-keys": ffn_keys, "mixer-keys": mixer_keys,
-    "shortcuts": shortcuts,
-    "shortcut-keys": shortcut_keys, "presets": presets, "sections": sections,
+    "residual-keys": keys_of("RESIDUAL_SPECS"), "norm-keys": keys_of("NORM_SPECS"),
+    "placement-keys": keys_of("PLACEMENTS"), "ffn-keys": keys_of("FFNS"),
+    "mixer-keys": keys_of("MIXER_SPECS"), "shortcut-keys": keys_of("SHORTCUT_SPECS"),
+    "residuals": residuals, "norms": norms, "shortcuts": shortcuts, "presets": presets,
+    "sections": sections,
 }
 
 
