@@ -15,7 +15,7 @@ from depthlab.errors import UserError
 from depthlab.experiments.spec import Experiment
 
 MODULES = ("residual", "init_gradients", "stream_rms", "placement", "norm_type", "attn_gate",
-           "frontier", "speedrun")
+           "frontier", "speedrun", "hybrid")
 
 
 def load(modules: tuple[str, ...] = MODULES) -> dict[str, Experiment]:

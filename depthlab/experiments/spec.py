@@ -41,6 +41,7 @@ class Budget:
     wide: tuple[str, ...] = ()  # attn-gate's wider, longer pair: its overrides (none: no pair)
     wide_steps: int = 0  # steps of that pair's runs
     real_model: bool = True  # attn-gate measures SmolLM2 beside its runs (imported once)
+    hybrid_steps: int | None = None  # steps of the hybrid experiment's runs (None: `steps`)
 
 
 BUDGETS: dict[str, Budget] = {
@@ -66,7 +67,12 @@ BUDGETS: dict[str, Budget] = {
                        # on one thread, about 0.7 with evaluation and probes (measured: 4 runs
                        # took 1,700 CPU-s), so 6 runs of 600 steps take about 40 CPU-minutes.
                        wide=("model.d_model=256", "train.seq_len=256", "train.batch_size=8"),
-                       wide_steps=600),
+                       wide_steps=600,
+                       # hybrid's 18 runs (3 mixers x 2 corpora x 3 seeds): a DeltaNet layer's
+                       # step costs about 1.5x attention's at context 64 (measured: 0.29 /
+                       # 0.43 / 0.43 s a step for the course / 3:1 / all-DeltaNet model on
+                       # Shakespeare, one thread), so 300 steps keep them near 45 CPU-minutes
+                       hybrid_steps=300),
     "full": Budget("full", steps=5000, batch_size=64, seq_len=256, eval_every=250,
                    eval_tokens=262144, seeds=3, shallow=4, deep=12, deepest=48,
                    about="for a GPU", wide=("model.d_model=256",), wide_steps=10000),

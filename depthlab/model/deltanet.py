@@ -115,27 +115,39 @@ def chunked_gated_delta_rule(
     W, G = W.to(k.dtype), G64.to(k.dtype)
     k_beta = k * beta[..., None]
     system = (k_beta @ k.transpose(-1, -2)) * W  # A, with beta_i k_i.k_i on the diagonal
-    # (I + strictly lower part of A)^-1 applied to both right-hand sides at once
-    rhs = torch.cat([v * beta[..., None], k_beta * G.exp()[..., None]], dim=-1)
+    # (I + strictly lower part of A)^-1 applied to the right-hand sides at once. The second,
+    # the reads of S0, only where there is an S0 to read: with no state given the first
+    # chunk starts from zeros, so a single chunk (a training step at context <= 64) has none
+    reads = state is not None or N > 1
+    rhs = v * beta[..., None]
+    if reads:
+        rhs = torch.cat([rhs, k_beta * G.exp()[..., None]], dim=-1)
     solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-    u_fresh, k_reads = solved.split([Dv, Dk], dim=-1)  # U = u_fresh - k_reads @ S0
+    u_fresh, k_reads = solved.split([Dv, Dk], dim=-1) if reads else (solved, solved)
     scores = (q @ k.transpose(-1, -2)) * W  # [B, H, N, C, C]
-    q_decayed = q * G.exp()[..., None]  # reads S0 through exp(G_i)
+    q_decayed = q * G.exp()[..., None] if reads else q  # reads S0 through exp(G_i)
     k_to_end = k * (G64[..., -1:] - G64).exp().to(k.dtype)[..., None]  # k_j decayed to the end
     chunk_decay = G[..., -1].exp()[..., None, None]  # [B, H, N, 1, 1]
 
-    S = q.new_zeros(B, H, Dk, Dv) if state is None else state
+    S = state  # None: zeros, whose products the first chunk skips (the same numbers)
     outs = []
     # the chunks as separate tensors (unbind, not indexing: the backward of an index makes
     # a zero tensor of the whole size per chunk, which cost more than the chunks' matmuls)
     per_chunk = (t.unbind(2) for t in (u_fresh, k_reads, q_decayed, scores, chunk_decay,
                                        k_to_end.transpose(-1, -2)))
     for u_n, reads_n, q_n, scores_n, decay_n, k_end_n in zip(*per_chunk, strict=True):
-        u = u_n - reads_n @ S  # [B, H, C, Dv]: this chunk's writes, given the state before it
-        outs.append(q_n @ S + scores_n @ u)
-        S = S * decay_n + k_end_n @ u
+        if S is None:
+            u = u_n
+            outs.append(scores_n @ u)
+            S = k_end_n @ u
+        else:
+            u = u_n - reads_n @ S  # [B, H, C, Dv]: this chunk's writes, given the state before it
+            outs.append(q_n @ S + scores_n @ u)
+            S = S * decay_n + k_end_n @ u
         if state_norms is not None:
             state_norms.append(torch.linalg.vector_norm(S, dim=(-2, -1)))
+    if S is None:  # no tokens
+        S = q.new_zeros(B, H, Dk, Dv)
     out = torch.cat(outs, dim=2)[:, :, :T]
     return out, S
 
@@ -214,16 +226,25 @@ class GatedDeltaNet(nn.Module):
         self.norm.reset_parameters()
 
     def convolve(self, x: torch.Tensor, state: DeltaState | None) -> torch.Tensor:
-        """Causal depthwise conv + SiLU over [B, C, T], after the cached last K-1 inputs
-        (zeros at the start); the cache keeps the new last K-1."""
-        B, C, T = x.shape
+        """Causal depthwise conv + SiLU over [B, T, C] (tokens second, as the projections
+        give them), after the cached last K-1 inputs (zeros at the start); the cache keeps
+        the new last K-1 ([B, C, K-1], transformers' layout).
+
+        The conv is K shifted multiply-adds, out_t = sum_j w_j x_{t-K+1+j}: the sum
+        F.conv1d(groups=C) makes, without its transposes and its depthwise backward, which
+        on a CPU cost more than the K taps themselves (bench/deltanet_step.py)."""
+        B, T, C = x.shape
+        K = self.kernel
         past = None if state is None else state.conv
-        if past is None:
-            past = x.new_zeros(B, C, self.kernel - 1)
-        full = torch.cat([past, x], dim=-1)
+        past = x.new_zeros(B, K - 1, C) if past is None else past.transpose(1, 2)
+        full = torch.cat([past, x], dim=1)  # [B, K-1+T, C]
         if state is not None:
-            state.conv = full[..., full.shape[-1] - (self.kernel - 1):]
-        return F.silu(F.conv1d(full, self.conv1d.weight, groups=C))
+            state.conv = full[:, full.shape[1] - (K - 1):].transpose(1, 2)
+        w = self.conv1d.weight[:, 0]  # [C, K]
+        out = full[:, :T] * w[:, 0]
+        for j in range(1, K):
+            out = out + full[:, j:j + T] * w[:, j]
+        return F.silu(out)
 
     def forward(self, x: torch.Tensor, rope: object = None, state: DeltaState | None = None,
                 v_first: torch.Tensor | None = None, tokens: torch.Tensor | None = None,
@@ -236,7 +257,7 @@ class GatedDeltaNet(nn.Module):
     def mix(self, x: torch.Tensor, state: DeltaState | None = None) -> torch.Tensor:
         """x [B, T, D] -> [B, T, D]; `state` (decode) is read and advanced in place."""
         B, T, _ = x.shape
-        qkv = self.convolve(self.in_proj_qkv(x).transpose(1, 2), state).transpose(1, 2)
+        qkv = self.convolve(self.in_proj_qkv(x), state)
         q, k, v = qkv.split(self.widths, dim=-1)
         q = q.reshape(B, T, self.n_k, self.d_k)
         k = k.reshape(B, T, self.n_k, self.d_k)
