@@ -9,7 +9,7 @@ import pytest
 
 from depthlab.config import validate
 from depthlab.experiments import BUDGETS, get_experiment, run_experiment
-from depthlab.experiments.hybrid import CORPORA, loss_at_cpu, time_sentence
+from depthlab.experiments.hybrid import COLUMNS, CORPORA, KINDS, loss_at_cpu, time_sentence
 from depthlab.experiments.report import validate_export
 from depthlab.experiments.spec import RunResult, RunSpec, base_config
 
@@ -42,6 +42,16 @@ def test_quick_grid_trains_the_budget_steps_and_a_named_corpus_runs_alone():
     specs = get_experiment("hybrid").grid(base_config(quick, CORPUS), quick, quick.seeds)
     assert [s.arm for s in specs] == [f"{CORPUS}-{k}" for k in ("course", "hybrid", "deltanet")]
     assert {s.cfg.train.steps for s in specs} == {quick.steps}
+
+
+def test_the_page_has_chinese_for_every_word_the_export_keeps_in_english():
+    from depthlab.locales import table
+
+    en, zh = table("en"), table("zh")
+    words = {v: k for k, v in en.items() if k.startswith("data.") and "{" not in v}
+    for word in [label for _, label, _ in KINDS] + list(COLUMNS) + list(CORPORA):
+        assert word in words, word
+        assert zh[words[word]] and zh[words[word]] != word, word
 
 
 def _run(arm: str, seed: int, points: list[tuple[int, float, float]]) -> RunResult:

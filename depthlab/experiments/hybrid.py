@@ -55,6 +55,10 @@ KINDS = (
 )
 COURSE = KINDS[0][0]
 COLORS = {"course": BLUE, "hybrid": GREEN, "deltanet": PURPLE}
+# the table's columns (the page translates them, the legends and the corpus cells through
+# the `data.*` words of depthlab/locales/<lang>/page.json)
+COLUMNS = ("corpus", "mixers", "final val loss", "tokens", "CPU-s of training", "ms per step",
+           "tokens/s")
 
 
 def corpora(base: Config) -> tuple[str, ...]:
@@ -92,8 +96,7 @@ def corpus_name(corpus: str) -> Text:
 def analyze(results: list[RunResult], budget: Budget) -> Report:
     arms = by_arm(results)
     report = Report(per_seed=per_seed(arms))
-    report.table["columns"] = ["corpus", "mixers", "final val loss", "tokens",
-                               "CPU-s of training", "ms per step", "tokens/s"]
+    report.table["columns"] = list(COLUMNS)
     found = []
     for corpus in dict.fromkeys(r.spec.cfg.data.corpus for r in results):
         kinds = {kind: arms[arm_name(corpus, kind)] for kind, _, _ in KINDS
