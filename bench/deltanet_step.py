@@ -11,6 +11,12 @@ the chunked DeltaNet's does not (64 x 64 blocks and a state per chunk), so the r
 falls as the context grows. The recurrent form (one token at a time, what a decode step
 runs) is timed at the longest context against the chunked one.
 
+Two parts of the DeltaNet layer are then timed against the form they replaced, at the
+shortest context (a course training step): the depthwise causal conv as K shifted
+multiply-adds against F.conv1d(groups=C) with the transposes it needs, and the chunked
+rule started from no state (the first chunk skips its products with the zero state)
+against the same rule given a zero state (every product made), forward + backward.
+
     python bench/deltanet_step.py [--rounds 7] [--threads 1] [--contexts 64,256,1024]
 """
 
@@ -23,9 +29,10 @@ import time
 from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 
 from depthlab.model.attention import Attention
-from depthlab.model.deltanet import GatedDeltaNet
+from depthlab.model.deltanet import GatedDeltaNet, chunked_gated_delta_rule, l2_normalize
 from depthlab.model.transformer import Transformer
 from depthlab.presets import get_preset
 
@@ -38,6 +45,52 @@ def fwd_bwd(fn, x: torch.Tensor) -> float:
     t0 = time.thread_time()
     fn(x).square().mean().backward()
     return time.thread_time() - t0
+
+
+def side_by_side(new, old, x: torch.Tensor, rounds: int) -> tuple[float, float, float]:
+    """Median ms of fwd_bwd(new), of fwd_bwd(old) and median of their ratio within a round."""
+    fwd_bwd(new, x), fwd_bwd(old, x)
+    a, b, r = [], [], []
+    for i in range(rounds):
+        if i % 2:
+            o, n = fwd_bwd(old, x), fwd_bwd(new, x)
+        else:
+            n, o = fwd_bwd(new, x), fwd_bwd(old, x)
+        a.append(n)
+        b.append(o)
+        r.append(o / n)
+    return 1e3 * statistics.median(a), 1e3 * statistics.median(b), statistics.median(r)
+
+
+def parts(delta: GatedDeltaNet, T: int, rounds: int) -> None:
+    """The conv and the rule's zero-state skip, each against the form it replaced."""
+    B = max(1, TOKENS // T)
+    width = sum(delta.widths)
+    h = torch.randn(B, T, width)
+    K = delta.kernel
+
+    def conv1d(x: torch.Tensor) -> torch.Tensor:  # the replaced form: [B, C, T] and back
+        full = F.pad(x.transpose(1, 2), (K - 1, 0))
+        return F.silu(F.conv1d(full, delta.conv1d.weight, groups=width)).transpose(1, 2)
+
+    new, old, ratio = side_by_side(lambda x: delta.convolve(x, None), conv1d, h, rounds)
+    print(f"context {T}, depthwise conv on [{B}, {T}, {width}]: K shifted multiply-adds "
+          f"{new:.1f} ms, F.conv1d {old:.1f} ms: {ratio:.2f}x")
+    H, D = delta.n_v, delta.d_k
+    g = -torch.rand(B, H, T) * 2
+    beta = torch.rand(B, H, T)
+
+    def rule(state: bool):
+        def run(x: torch.Tensor) -> torch.Tensor:
+            q, k, v = (l2_normalize(t) for t in x.unbind(0))
+            S0 = torch.zeros(B, H, D, D) if state else None
+            return chunked_gated_delta_rule(q, k, v, g, beta, S0)[0]
+        return run
+
+    qkv = torch.randn(3, B, H, T, D)
+    new, old, ratio = side_by_side(rule(False), rule(True), qkv, rounds)
+    print(f"context {T}, chunked rule: from no state {new:.1f} ms, from a zero state "
+          f"{old:.1f} ms: {ratio:.2f}x")
 
 
 def main() -> None:
@@ -77,6 +130,7 @@ def main() -> None:
             td.append(d)
         print(f"{T:>8} {1e3 * statistics.median(ta):>13.1f} {1e3 * statistics.median(td):>12.1f} "
               f"{statistics.median(ratios):>20.2f}x")
+    parts(delta, min(contexts), args.rounds)
     T = max(contexts)
     x = torch.randn(max(1, TOKENS // T), T, m.d_model)
 
