@@ -40,7 +40,9 @@ def test_standard_grid_is_three_mixers_on_both_corpora_at_the_hybrid_steps():
 def test_quick_grid_trains_the_budget_steps_and_a_named_corpus_runs_alone():
     quick = BUDGETS["quick"]
     specs = get_experiment("hybrid").grid(base_config(quick, CORPUS), quick, quick.seeds)
-    assert [s.arm for s in specs] == [f"{CORPUS}-{k}" for k in ("course", "hybrid", "deltanet")]
+    # a corpus given as a path runs alone, its runs named by the file's stem (folder names)
+    assert [s.name for s in specs] == [f"tiny_shakespeare-{k}-s0" for k in ("course", "hybrid", "deltanet")]
+    assert {s.cfg.data.corpus for s in specs} == {CORPUS}
     assert {s.cfg.train.steps for s in specs} == {quick.steps}
 
 

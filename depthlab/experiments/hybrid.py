@@ -17,7 +17,9 @@ its `steps`, so the 18 runs fit in about 45 CPU-minutes).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 from depthlab.config import Config, DataConfig
 from depthlab.experiments.analysis import (
@@ -67,8 +69,14 @@ def corpora(base: Config) -> tuple[str, ...]:
     return CORPORA if named == DataConfig().corpus else (named,)
 
 
+def corpus_tag(corpus: str) -> str:
+    """A bundled corpus by its name, one given as a path by its file's stem: the word run
+    folders and chart files are named with."""
+    return corpus if corpus in CORPORA else re.sub(r"[^A-Za-z0-9_.-]", "_", Path(corpus).stem)
+
+
 def arm_name(corpus: str, kind: str) -> str:
-    return f"{corpus}-{kind}"
+    return f"{corpus_tag(corpus)}-{kind}"
 
 
 def steps_of(budget: Budget) -> int:
@@ -161,9 +169,9 @@ def corpus_charts(corpus: str, name: Text, kinds: dict[str, list[RunResult]],
     tokens_end = max((max(s["x"]) for s in by_tokens if s["x"]), default=1)
     cpu_end = max((max(s["x"]) for s in by_cpu if s["x"]), default=1.0)
     return [
-        chart(f"val_loss_tokens_{corpus}", phrase("hybrid.chart.tokens", corpus=name),
+        chart(f"val_loss_tokens_{corpus_tag(corpus)}", phrase("hybrid.chart.tokens", corpus=name),
               phrase("hybrid.axis.tokens"), VAL, by_tokens + baseline_series([0, tokens_end], base)),
-        chart(f"val_loss_cpu_{corpus}", phrase("hybrid.chart.cpu", corpus=name),
+        chart(f"val_loss_cpu_{corpus_tag(corpus)}", phrase("hybrid.chart.cpu", corpus=name),
               phrase("hybrid.axis.cpu"), VAL, by_cpu + baseline_series([0, cpu_end], base)),
     ]
 
