@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,11 +258,13 @@ def open_shards(folder: str | Path, field: str = "data.shards") -> TokenData:
     if not isinstance(split, int) or isinstance(split, bool) or not 0 <= split <= total:
         raise UserError(f"{where}: field val.start is {json.dumps(split)}, not a position in "
                         f"the {total:,} tokens of the shards; {PREPARE_HINT}")
-    sha256 = corpus.get("sha256")
-    spec = corpus.get("spec")
+    text_sha, spec = corpus.get("sha256"), corpus.get("spec")
+    if not (isinstance(text_sha, str) and re.fullmatch(r"[0-9a-f]{64}", text_sha)):
+        raise UserError(f"{where}: field corpus.sha256 is {json.dumps(text_sha)[:60]}, not "
+                        f"the text's sha256 (64 hex digits) that runs record; {PREPARE_HINT}")
     return TokenData(tok, TokenStream(maps, 0, split), TokenStream(maps, split, total), folder,
-                     spec if isinstance(spec, str) else str(folder),
-                     sha256 if isinstance(sha256, str) else "", True, from_shards=True)
+                     spec if isinstance(spec, str) else str(folder), text_sha, True,
+                     from_shards=True)
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,17 @@ def test_char_encode_arrays_refuses_an_unknown_character():
         list(tok.encode_arrays(["abc"], np.uint16))
 
 
+def test_a_vocabulary_past_65536_ids_is_written_as_uint32(tmp_path):
+    text = Path(TEXT).read_text(encoding="utf-8")
+    wide = CharTokenizer(sorted(set(text) | {chr(0x20000 + i) for i in range(70000)}))
+    wide.save(tmp_path / "wide.json")
+    prepare(TEXT, str(tmp_path / "wide.json"), tmp_path / "s", shard_tokens=6000,
+            progress=False)
+    train, val = ids_of(tmp_path / "s")
+    assert train.dtype == np.uint32 and np.concatenate([train, val]).tolist() == wide.encode(text)
+    assert (tmp_path / "s" / "tiny_shakespeare_00000.bin").stat().st_size == 1024 + 4 * 6000
+
+
 def test_token_stream_slices_across_shard_ends():
     whole = np.arange(100, dtype=np.uint16)
     maps = [whole[:7], whole[7:30], whole[30:31], whole[31:]]
@@ -204,6 +215,32 @@ def test_an_empty_corpus_is_refused_and_nothing_is_written(tmp_path, capsys, con
     assert ("empty file" if not content else "holds only whitespace") in err
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_ctrl_c_while_preparing_leaves_nothing(tmp_path, monkeypatch, capsys):
+    from depthlab import shards as shards_mod
+
+    add = shards_mod.ShardWriter.add
+
+    def stop_in_the_third_shard(self, ids):
+        add(self, ids)
+        if len(self.done) >= 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(shards_mod.ShardWriter, "add", stop_in_the_third_shard)
+    monkeypatch.setattr(corpus_mod, "READ_BYTES", 999)
+    code, err = run_cli(["data", "prepare", "--corpus", TEXT, "--tokenizer", "char", "--out",
+                         str(tmp_path / "out"), "--shard-tokens", "2000", "--no-progress"],
+                        capsys)
+    assert code == 130 and "interrupted" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no folder, no hidden stage
+
+
+def test_train_refuses_shards_with_a_corpus(tmp_path, capsys):
+    code, err = run_cli(["train", "--shards", str(tmp_path), "--corpus", TEXT, "--out",
+                         str(tmp_path / "run")], capsys)
+    assert code == 2 and "--shards trains on the text and tokenizer of its folder; drop " \
+        "--corpus" in err and not (tmp_path / "run").exists()
 
 
 def test_out_is_replaced_only_with_overwrite_and_only_when_it_is_a_shard_folder(

@@ -104,6 +104,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-steps must be > 0, got {args.max_steps}")
     if args.resume and args.overwrite:
         raise UserError("give --resume (continue the run) or --overwrite (replace it), not both")
+    if args.shards is not None:
+        given = [f for f, v in (("--corpus", args.corpus), ("--tokenizer", args.tokenizer),
+                                ("--special-token", args.special_tokens)) if v]
+        if given:
+            raise UserError(f"--shards trains on the text and tokenizer of its folder; drop "
+                            f"{' and '.join(given)} (they were fixed by `depthlab data "
+                            "prepare`)")
     cfg = resolve(args)
     out = (check_location(args.out) if args.out is not None
            else Path("runs") / default_run_name(args, cfg))
