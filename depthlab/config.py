@@ -289,6 +289,11 @@ class DataConfig:
     val_fraction: float = 0.1
     special_tokens: tuple[str, ...] = ()  # each one id, e.g. ("<|endoftext|>",)
     separate_documents: bool = False  # join a corpus's documents with <|endoftext|>
+    # A folder from `depthlab data prepare`: when set, the run reads its token shards by
+    # offset (depthlab.shards) and takes its tokenizer and validation part from the folder;
+    # corpus, tokenizer, bpe_vocab, special_tokens, separate_documents and val_fraction
+    # then play no part.
+    shards: str = ""
 
     def __post_init__(self) -> None:  # a list given in code hashes and compares as a tuple
         object.__setattr__(self, "special_tokens", tuple(self.special_tokens))
@@ -747,6 +752,9 @@ def validate(cfg: Config) -> Config:
     validate_model(cfg.model)
     d, t = cfg.data, cfg.train
     _one_of("data.tokenizer", d.tokenizer, ("char", "bpe"))
+    if d.shards and not d.shards.strip():
+        raise ConfigError(f"data.shards must name a folder of token shards (from `depthlab "
+                          f"data prepare`) or be empty, got {d.shards!r}")
     if not 256 <= d.bpe_vocab <= 65536:
         raise ConfigError(f"data.bpe_vocab must be between 256 and 65536, got {d.bpe_vocab}")
     if not 0.0 < d.val_fraction < 0.5:

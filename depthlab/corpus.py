@@ -14,13 +14,15 @@ a model sees where one document ends and the next begins.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import importlib.metadata
 import re
 import stat
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from depthlab.errors import UserError
 from depthlab.memory import human
@@ -171,6 +173,22 @@ def _read_text(path: Path, budget: int = MAX_CORPUS_BYTES) -> str:
 
 
 def _local(spec: str, joiner: str = JOINER) -> Corpus:
+    files = _files(spec)
+    parts, budget = [], MAX_CORPUS_BYTES
+    for f in files:
+        text = _read_text(f, budget)
+        budget -= len(text.encode("utf-8"))
+        if not text:
+            raise UserError(f"{f}: empty file")
+        if not text.strip():
+            raise UserError(f"{f}: holds only whitespace ({human(len(text.encode('utf-8')))}), "
+                            "no text to train on")
+        parts.append(text)
+    return Corpus(spec, joiner.join(parts), tuple(str(f) for f in files))
+
+
+def _files(spec: str) -> list[Path]:
+    """The .txt files a corpus path names, in the order they are joined."""
     if not spec.strip():  # Path("") is the current folder: every .txt under it, unasked
         raise UserError(f"corpus {spec!r}: empty; give {', '.join(CORPORA)} or a .txt file "
                         "or folder")
@@ -185,17 +203,7 @@ def _local(spec: str, joiner: str = JOINER) -> Corpus:
         folders = [f.name for f in found if f.is_dir()]
         also = f" ({', '.join(folders[:3])} {'is a folder' if len(folders) == 1 else 'are folders'})"
         raise UserError(f"{path}: folder holds no .txt files" + (also if folders else ""))
-    parts, budget = [], MAX_CORPUS_BYTES
-    for f in files:
-        text = _read_text(f, budget)
-        budget -= len(text.encode("utf-8"))
-        if not text:
-            raise UserError(f"{f}: empty file")
-        if not text.strip():
-            raise UserError(f"{f}: holds only whitespace ({human(len(text.encode('utf-8')))}), "
-                            "no text to train on")
-        parts.append(text)
-    return Corpus(spec, joiner.join(parts), tuple(str(f) for f in files))
+    return files
 
 
 def load_corpus(spec: str, separate_documents: bool = False) -> Corpus:
@@ -206,6 +214,98 @@ def load_corpus(spec: str, separate_documents: bool = False) -> Corpus:
     if not corpus.text.strip():
         raise UserError(f"corpus {spec!r}: no text after cleaning")
     return corpus
+
+
+# --- streaming -----------------------------------------------------------------------
+
+READ_BYTES = 1 << 20  # bytes read from a file at once when a corpus is streamed
+
+
+@dataclass
+class CorpusStream:
+    """A corpus read piece by piece (`pieces()`), never whole: the pieces join to
+    load_corpus(spec).text, and once they are all read `sha256` is that text's sha256.
+    `total_bytes` (the files' sizes) and `bytes_read` let a caller show progress."""
+
+    spec: str
+    files: tuple[Path, ...]  # empty for a named corpus, which is read in memory (a few MB)
+    joiner: str
+    total_bytes: int
+    bytes_read: int = 0
+    _hash: Any = field(default_factory=hashlib.sha256)
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def pieces(self) -> Iterator[str]:
+        if not self.files:  # a registered corpus: small, cleaned in memory
+            text = load_corpus(self.spec, self.joiner == DOC_SEPARATOR).text
+            self._hash.update(text.encode("utf-8"))
+            self.bytes_read = self.total_bytes
+            yield text
+            return
+        for i, f in enumerate(self.files):
+            if i:
+                self._hash.update(self.joiner.encode("utf-8"))
+                yield self.joiner
+            yield from self._file(f)
+
+    def _file(self, path: Path) -> Iterator[str]:
+        """One file's text as load_corpus reads it (UTF-8, a leading BOM dropped), in
+        pieces of READ_BYTES; the refusals of `_read_text`, and of an empty or
+        whitespace-only file, by name."""
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        offset, text_seen = 0, False
+        try:
+            with open(path, "rb") as f:
+                while True:
+                    data = f.read(READ_BYTES)
+                    if offset == 0:
+                        if b"\x00" in data[:8192]:
+                            raise UserError(f"{path}: looks like a binary file, not text")
+                        if data.startswith(b"\xef\xbb\xbf"):
+                            data, offset = data[3:], 3
+                    try:
+                        text = decoder.decode(data, final=not data)
+                    except UnicodeDecodeError as e:
+                        raise UserError(f"{path}: not UTF-8 text (bad byte at offset "
+                                        f"{offset + e.start})") from None
+                    if not data:
+                        break
+                    offset += len(data)
+                    self.bytes_read += len(data)
+                    self._hash.update(data)
+                    text_seen = text_seen or not text.isspace() and bool(text)
+                    if text:
+                        yield text
+        except OSError as e:
+            raise UserError(f"{path}: cannot read ({e.strerror})") from None
+        if not text_seen:
+            raise UserError(f"{path}: holds only whitespace ({human(offset)}), no text "
+                            "to train on")
+
+
+def stream_corpus(spec: str, separate_documents: bool = False) -> CorpusStream:
+    """The corpus `spec` as a stream, with the files load_corpus would read, checked as
+    far as can be without reading them (existence, regular files, none empty)."""
+    joiner = DOC_SEPARATOR if separate_documents else JOINER
+    if spec in CORPORA:
+        return CorpusStream(spec, (), joiner, len(load_corpus(spec).text.encode("utf-8")))
+    files = _files(spec)
+    sizes = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError as e:
+            raise UserError(f"{f}: cannot read ({e.strerror})") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{f}: not a regular file (a device, pipe or socket); give a "
+                            ".txt file or a folder of them")
+        if st.st_size == 0:
+            raise UserError(f"{f}: empty file")
+        sizes.append(st.st_size)
+    return CorpusStream(spec, tuple(files), joiner, sum(sizes))
 
 
 def corpus_label(spec: str) -> str:

@@ -50,18 +50,24 @@ from depthlab.rundir import (
 
 RUN = "run"
 HF_CHECKPOINT = "hf-checkpoint"
+TOKEN_SHARDS = "token-shards"
 EMPTY = "empty"
-NOUNS = {RUN: "run directory", HF_CHECKPOINT: "exported checkpoint"}
+NOUNS = {RUN: "run directory", HF_CHECKPOINT: "exported checkpoint",
+         TOKEN_SHARDS: "token shard folder"}
 LABELS = {kind: ("an " if noun[0] in "aeiou" else "a ") + noun for kind, noun in NOUNS.items()}
 CHECKPOINTS_DIR = "checkpoints"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SHARD_MANIFEST = "manifest.json"  # written last by `depthlab data prepare` (depthlab.shards)
 # What each kind holds when depthlab writes it, besides its lock, its marker and the
 # leftovers of a killed write: anything else is someone else's.
 OWN_NAMES = {
     RUN: frozenset({CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE,
                     METRICS_FILE, CHECKPOINTS_DIR}),
     HF_CHECKPOINT: frozenset({CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE, TOKENIZER_CONFIG_FILE}),
+    TOKEN_SHARDS: frozenset({SHARD_MANIFEST, TOKENIZER_FILE}),
 }
+# Names a kind owns by their form: the numbered shards of `depthlab data prepare`.
+OWN_FORMS = {TOKEN_SHARDS: re.compile(r"[A-Za-z0-9_.=-]+_\d{5}\.bin")}
 CHECKPOINT_FILES = frozenset({WEIGHTS_FILE, STATE_FILE})  # in each checkpoints/step_NNNNNNN/
 _STEP = re.compile(r"step_\d+")
 # The random part tempfile.mkstemp/mkdtemp put in a name (tempfile._RandomNameSequence):
@@ -210,10 +216,17 @@ def _lkind(p: Path) -> str:
     return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
 
 
-def _own_temp(p: Path, owned: frozenset[str]) -> bool:
-    """A file atomic_write left while writing one of `owned` (`.NAME.xxxxxxxx.tmp`)."""
+def _own_temp(p: Path, owned: frozenset[str], kind: str | None = None) -> bool:
+    """A file atomic_write left while writing one of `owned` (`.NAME.xxxxxxxx.tmp`), or
+    one of the names `kind` owns by their form."""
     m = _TEMP_FILE.fullmatch(p.name)
-    return m is not None and m.group(1) in owned and _lkind(p) == "file"
+    return m is not None and _lkind(p) == "file" and (
+        m.group(1) in owned or _own_form(kind, m.group(1)))
+
+
+def _own_form(kind: str | None, name: str) -> bool:
+    form = OWN_FORMS.get(kind) if kind is not None else None
+    return form is not None and form.fullmatch(name) is not None
 
 
 @dataclass
@@ -258,9 +271,9 @@ def inventory(path: Path, kind: str) -> Inventory:
                 else:
                     inv.foreign.append(rel)
             inv.dirs.append(p)
-        elif name in owned and _lkind(p) == "file":
+        elif (name in owned or _own_form(kind, name)) and _lkind(p) == "file":
             inv.files.append(p)
-        elif _own_temp(p, owned):
+        elif _own_temp(p, owned, kind):
             inv.files.append(p)
             inv.leftovers.append(p)
         else:

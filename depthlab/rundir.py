@@ -54,7 +54,7 @@ ADDED_FIELDS = {"model.norm_scale": "none", "model.value_residual": False, "mode
                 "model.linear_key_heads": None, "model.linear_value_heads": None,
                 "model.linear_key_dim": None, "model.linear_value_dim": None,
                 "model.linear_conv_kernel": 4, "model.rope_fraction": 1.0,
-                "data.special_tokens": (), "data.separate_documents": False,
+                "data.special_tokens": (), "data.separate_documents": False, "data.shards": "",
                 "train.optimizer": "adamw", "train.muon_lr": 0.02, "train.muon_momentum": 0.95}
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from depthlab import bpe_train
 from depthlab.atomic import atomic_write, atomic_write_text
-from depthlab.bpe_corpus import CorpusEncoder, CutMismatch, fast_path_refusal
+from depthlab.bpe_corpus import BLOCK_CHARS, CorpusEncoder, CutMismatch, fast_path_refusal
 from depthlab.config import DataConfig
 from depthlab.corpus import DOC_SEPARATOR, load_corpus
 from depthlab.errors import UserError, read_json_object
@@ -53,6 +53,8 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
     def encode_iterable(self, lines: Iterable[str],
                         chunk_chars: int = CHUNK_CHARS) -> Iterator[int]: ...
+    def encode_arrays(self, lines: Iterable[str], dtype: Any,
+                      chunk_chars: int = BLOCK_CHARS) -> Iterator[np.ndarray]: ...
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str: ...
     def token_str(self, i: int) -> str: ...
     def save(self, path: Path) -> None: ...
@@ -109,6 +111,27 @@ class CharTokenizer:
         `chunk_chars` characters at once (e.g. over an open file, line by line)."""
         for chunk in chunks(lines, self._specials, False, chunk_chars):
             yield from self.encode(chunk)
+
+    def encode_arrays(self, lines: Iterable[str], dtype: Any,
+                      chunk_chars: int = BLOCK_CHARS) -> Iterator[np.ndarray]:
+        """encode("".join(lines)) as arrays of `dtype` that join to it, a chunk of about
+        `chunk_chars` characters at a time: a corpus streamed into token shards. Without
+        special tokens each chunk is looked up in numpy (its code points against the
+        sorted vocabulary), not character by character."""
+        codes = np.array([ord(c) for c in self.chars], dtype=np.int64)
+        order = np.argsort(codes)
+        sorted_codes = codes[order]
+        for chunk in chunks(lines, self._specials, False, chunk_chars):
+            if self._pattern is not None:
+                yield np.asarray(self.encode(chunk), dtype=dtype)
+                continue
+            points = np.frombuffer(chunk.encode("utf-32-le"), dtype="<u4").astype(np.int64)
+            pos = np.minimum(np.searchsorted(sorted_codes, points), len(codes) - 1)
+            bad = np.flatnonzero(sorted_codes[pos] != points)
+            if len(bad):
+                raise UserError(f"character {chr(points[bad[0]])!r} is not in this char "
+                                "tokenizer's vocabulary")
+            yield order[pos].astype(dtype)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         n = len(self.chars)
@@ -194,6 +217,40 @@ class BPETokenizer:
             yield from self.hf.encode(chunk, add_special_tokens=False).ids
         yield from suffix
 
+    def encode_arrays(self, lines: Iterable[str], dtype: Any,
+                      chunk_chars: int = BLOCK_CHARS) -> Iterator[np.ndarray]:
+        """encode_corpus("".join(lines)) as arrays that join to it, holding about one chunk
+        of `chunk_chars` characters at once: a corpus streamed into token shards. Chunks
+        are cut where encoding splits anyway (depthlab.tokstream), then encoded the fast
+        way (depthlab.bpe_corpus) or, for a tokenizer whose added tokens rule that out,
+        with encode_batch over about `chunk_chars` characters of chunks. A tokenizer that
+        cannot be cut exactly is refused (UserError), as encode_iterable refuses it."""
+        dtype = np.dtype(dtype)
+        prefix, suffix = self._stream_frame()
+        yield np.asarray(prefix, dtype=dtype)
+        added = [t.content for t in self.hf.get_added_tokens_decoder().values()]
+        encoder = CorpusEncoder(self.hf) if fast_path_refusal(self.hf) is None else None
+        batch: list[str] = []
+        for chunk in chunks(lines, added, True, chunk_chars):
+            if encoder is not None:
+                try:
+                    yield encoder.encode(chunk, dtype)
+                    continue
+                except CutMismatch:
+                    encoder = None  # this tokenizer's tokens span cuts: encode as it is
+            batch.append(chunk)
+            if sum(map(len, batch)) >= chunk_chars:
+                yield self._encode_batch(batch, dtype)
+                batch = []
+        if batch:
+            yield self._encode_batch(batch, dtype)
+        yield np.asarray(suffix, dtype=dtype)
+
+    def _encode_batch(self, texts: list[str], dtype: np.dtype) -> np.ndarray:
+        """The texts' ids end to end (`tokenizers` encodes them in parallel)."""
+        encs = self.hf.encode_batch(texts, add_special_tokens=False)
+        return np.concatenate([np.asarray(e.ids, dtype=dtype) for e in encs])
+
     def _stream_frame(self) -> tuple[list[int], list[int]]:
         """The ids the post-processor puts before and after the text (a BOS, say), after
         checking that chunked encoding is exact for this tokenizer."""
@@ -252,6 +309,22 @@ def _unstreamable(hf: Any) -> str | None:
     return None
 
 
+def tokenizer_fingerprint(tok: Tokenizer) -> str:
+    """sha256 of what a tokenizer maps (its characters or its BPE model, special tokens
+    included), not of its file's formatting: the same tokens give the same fingerprint.
+    Checkpoints and token shards both carry it."""
+    if isinstance(tok, CharTokenizer):
+        canon = json.dumps(["char", tok.chars, tok.special_tokens], ensure_ascii=False)
+    else:
+        canon = tok.hf.to_str()
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The smallest unsigned integer type that holds every id: uint16 up to 65,536 ids."""
+    return np.dtype(np.uint16 if vocab_size <= 65536 else np.uint32)
+
+
 def load_tokenizer(path: Path) -> Tokenizer:
     """Read a tokenizer.json written by either tokenizer kind."""
     path = Path(path)
@@ -304,15 +377,17 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class TokenData:
-    """A corpus encoded once: the tokenizer and the train/val ids (read-only memmaps)."""
+    """A corpus encoded once: the tokenizer and the train/val ids (read-only memmaps, or
+    a depthlab.shards.TokenStream over a shard folder: both take len() and slices)."""
 
     tokenizer: Tokenizer
     train: np.ndarray
     val: np.ndarray
-    path: Path  # the cache entry
+    path: Path  # the cache entry, or the shard folder
     corpus: str  # the corpus spec
     corpus_sha256: str
     from_cache: bool  # False when this call trained and encoded
+    from_shards: bool = False  # read from a folder of `depthlab data prepare`
 
     @property
     def vocab_size(self) -> int:
@@ -334,7 +409,7 @@ def cache_key(corpus_sha256: str, data: DataConfig) -> str:
 def _encode_all(tok: Tokenizer, text: str) -> np.ndarray:
     """encode(text) as the cache stores it: the ids the model then reads at generation
     time too (once line by line, which split a newline from the indentation after it)."""
-    dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
+    dtype = token_dtype(tok.vocab_size)
     if isinstance(tok, BPETokenizer):
         return tok.encode_corpus(text, dtype)
     return np.asarray(tok.encode(text), dtype=dtype)

@@ -44,6 +44,8 @@ LAYERS = {
     "depthlab.tokstream": 2,  # where a stream of text may be cut without changing its tokens
     "depthlab.bpe_corpus": 2,  # a corpus encoded fast, each distinct stretch once
     "depthlab.bpe_train": 2,  # BPE training in a child process: bounded in memory, stopped by a signal
+    "depthlab.shards": 2,  # token shards on disk: the format, its checks, reading by offset
+    "depthlab.shard_prepare": 2,  # a corpus streamed through a tokenizer into token shards
     "depthlab.metrics": 2,
     # 3. What reads a model and what makes one: probes, the trainer, Hugging Face I/O.
     "depthlab.probes": 3,

@@ -18,6 +18,7 @@ from depthlab.cli.common import Parser, run_handler
 COMMANDS = [
     "depthlab.cli.model_cmd",
     "depthlab.cli.train_cmd",
+    "depthlab.cli.data_cmd",
     "depthlab.cli.generate_cmd",
     "depthlab.cli.hf_cmd",
     "depthlab.cli.experiment_cmd",

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", help="shakespeare | hongloumeng | a .txt file or folder "
                    "(default: the config's data.corpus)")
     p.add_argument("--tokenizer", choices=("char", "bpe"), help="char or byte-level BPE")
+    p.add_argument("--shards", metavar="DIR",
+                   help="train on a token shard folder from `depthlab data prepare`, read by "
+                   "offset (data.shards; its tokenizer and validation part are the folder's)")
     p.add_argument("--special-token", action="append", dest="special_tokens", metavar="TOKEN",
                    help="a special token the tokenizer keeps as one id, e.g. '<|endoftext|>' "
                    "(repeatable; data.special_tokens)")
@@ -59,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-_FLAG_KEYS = {"corpus": "data.corpus", "tokenizer": "data.tokenizer", "steps": "train.steps",
+_FLAG_KEYS = {"corpus": "data.corpus", "tokenizer": "data.tokenizer", "shards": "data.shards",
+              "steps": "train.steps",
               "seed": "train.seed", "device": "train.device", "threads": "train.threads",
               "compile": "train.compile"}
 
@@ -80,7 +84,8 @@ def default_run_name(args: argparse.Namespace, cfg) -> str:
     the same command with --resume finds its run."""
     parts = [args.preset or (("cfg-" + _stem(args.config)) if args.config else
                              args.default_preset),
-             corpus_label(cfg.data.corpus), cfg.data.tokenizer]
+             *((Path(cfg.data.shards).name or "shards",) if cfg.data.shards else
+               (corpus_label(cfg.data.corpus), cfg.data.tokenizer))]
     parts += [o.split("=", 1)[0].rsplit(".", 1)[-1] + "=" + o.split("=", 1)[-1]
               for o in args.overrides]
     parts.append(f"s{cfg.train.seed}")
@@ -99,6 +104,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-steps must be > 0, got {args.max_steps}")
     if args.resume and args.overwrite:
         raise UserError("give --resume (continue the run) or --overwrite (replace it), not both")
+    if args.shards is not None:
+        given = [f for f, v in (("--corpus", args.corpus), ("--tokenizer", args.tokenizer),
+                                ("--special-token", args.special_tokens)) if v]
+        if given:
+            raise UserError(f"--shards trains on the text and tokenizer of its folder; drop "
+                            f"{' and '.join(given)} (they were fixed by `depthlab data "
+                            "prepare`)")
     cfg = resolve(args)
     out = (check_location(args.out) if args.out is not None
            else Path("runs") / default_run_name(args, cfg))

@@ -2,7 +2,9 @@
 
 No sampler state lives in the process, so a resumed run, or a run on several
 ranks, reads exactly the batches of an uninterrupted single-process run. Each
-rank takes its contiguous shard of every global batch.
+rank takes its contiguous part of every global batch and reads only its windows,
+by offset: `ids` is the token cache's memmap or a depthlab.shards.TokenStream over
+token shards, both sliced without reading the rest.
 """
 
 from __future__ import annotations

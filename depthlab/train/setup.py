@@ -7,7 +7,6 @@ the run directory's config and log, and the wrapped forward the steps call.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 import sys
@@ -34,13 +33,13 @@ from depthlab.rundir import (
     read_config,
     write_config,
 )
+from depthlab.shards import open_shards
 from depthlab.tokenizer import (
-    CharTokenizer,
     TokenData,
-    Tokenizer,
     cache_dir,
     load_tokenizer,
     prepare_data,
+    tokenizer_fingerprint,
 )
 from depthlab.train import batches, runtime, step_reads
 from depthlab.train.checkpoint import Checkpoint
@@ -117,6 +116,11 @@ def _check_sizes(cfg: Config, data: TokenData) -> None:
     t, d = cfg.train, cfg.data
     if len(data.train) >= t.seq_len + 1 and len(data.val) >= 2:
         return
+    if d.shards:
+        raise UserError(f"data.shards={d.shards!r}: too few tokens: {len(data.train)} for "
+                        f"training and {len(data.val)} for validation; train.seq_len="
+                        f"{t.seq_len} needs at least {t.seq_len + 1} and 2; prepare more text "
+                        "or lower train.seq_len")
     need = min_corpus_tokens(t.seq_len, d.val_fraction)
     per = ("one token per character" if d.tokenizer == "char" else
            "BPE makes fewer tokens than characters, so give more text than that")
@@ -144,6 +148,8 @@ def prepare(cfg: Config, proc: runtime.Runtime,
 def _tokenised(cfg: Config, cache_root: Path | None) -> TokenData:
     """prepare_data, with a token cache that cannot be written (a full disk) named by its
     path: the run directory is not the place that failed."""
+    if cfg.data.shards:  # read by offset: nothing to encode or cache
+        return open_shards(cfg.data.shards)
     root = Path(cache_root or cache_dir())
     try:
         return prepare_data(cfg.data, cache_root)
@@ -212,16 +218,6 @@ def start(cfg: Config, run_dir: Path, proc: runtime.Runtime, data: TokenData, mo
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-def tokenizer_fingerprint(tok: Tokenizer) -> str:
-    """sha256 of what a tokenizer maps (its characters or its BPE model, special tokens
-    included), not of its file's formatting: the same tokens give the same fingerprint."""
-    if isinstance(tok, CharTokenizer):
-        canon = json.dumps(["char", tok.chars, tok.special_tokens], ensure_ascii=False)
-    else:
-        canon = tok.hf.to_str()
-    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
 
 def data_identity(data: TokenData) -> dict[str, str]:
@@ -299,7 +295,9 @@ def _check_run_tokenizer(run_dir: Path, data: TokenData, ckpt: Checkpoint | None
     except UserError as e:
         raise UserError(f"{e}; --resume refuses, nothing was changed") from None
     if own != tokenizer_fingerprint(data.tokenizer):
-        raise UserError(f"{path}: does not map the tokens the corpus gives; nothing was "
+        source = (f"the token shards in {data.path} were encoded with" if data.from_shards
+                  else "the corpus gives")
+        raise UserError(f"{path}: does not map the tokens {source}; nothing was "
                         f"changed. {_RESTORE}")
     saved = _saved(ckpt, "tokenizer_sha256")
     if saved is not None and own != saved:
@@ -317,7 +315,7 @@ def _open_log(cfg: Config, run_dir: Path, proc: runtime.Runtime, data: TokenData
         write_config(run_dir, cfg, seed=train_cfg.seed,
                      tokenizer={"kind": data.tokenizer.kind, "file": TOKENIZER_FILE,
                                 "vocab_size": data.vocab_size},
-                     corpus={"spec": cfg.data.corpus, "sha256": data.corpus_sha256,
+                     corpus={"spec": data.corpus, "sha256": data.corpus_sha256,
                              "train_tokens": len(data.train), "val_tokens": len(data.val)},
                      world_size=proc.world, threads_used=torch.get_num_threads())
         data.tokenizer.save(run_dir / TOKENIZER_FILE)
