@@ -184,8 +184,18 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return _GeluTanh.apply(x)
 
 
-# ATen's RMSNorm forward kernel (y and 1/rms in one call), where this torch has one on CPU
-_FUSED_RMS_FORWARD = getattr(torch.ops.aten, "_fused_rms_norm", None)
+def _fused_rms_forward():  # -> the op, or None
+    """ATen's RMSNorm forward kernel (y and 1/rms in one call) where this torch has one that
+    runs on CPU (PyTorch >= 2.8), tried once on a small tensor; else None."""
+    try:
+        op = torch.ops.aten._fused_rms_norm
+        op(torch.ones(1, 2), [2], torch.ones(2), 1e-5)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return None
+    return op
+
+
+_FUSED_RMS_FORWARD = _fused_rms_forward()
 
 
 class _RMSNorm(torch.autograd.Function):
