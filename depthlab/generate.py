@@ -21,7 +21,7 @@ import torch
 from depthlab.errors import UserError
 from depthlab.finite import check_finite_logits
 from depthlab.model.attention import KVCache
-from depthlab.model.decode import DecodeStep, agrees, unsupported
+from depthlab.model.decode import DecodeStep, agrees, step_for, unsupported
 
 
 class _Stepper:
@@ -41,7 +41,7 @@ class _Stepper:
         if cache is not None and n_tokens > 1:
             self.dropped = unsupported(model, cache)
             if self.dropped is None:
-                self.step = DecodeStep(model, cache)
+                self.step = step_for(model, cache)
 
     def __call__(self, seq: list[int]) -> torch.Tensor:
         """Logits [V] for the token after `seq`, feeding only the tokens the cache lacks."""

@@ -304,3 +304,34 @@ def test_agreement_is_rounding_not_a_change_of_computation():
     assert decode.agrees(readable + 1e-6, readable)
     assert not decode.agrees(readable + 0.01, readable)
     assert not decode.agrees(torch.tensor([3.0, float("nan"), 0.25]), readable)
+
+
+def test_a_kept_step_serves_the_next_call_until_a_weight_changes(monkeypatch):
+    """generate keeps the last model's DecodeStep (its copies of the weights) for the next
+    call on the same unchanged model; an in-place change of any weight (an optimizer step)
+    or another model builds a new one, and every call's tokens are those of the full
+    forward per token. SmolLM2's shape in small: GQA 3:1, tied head, rope theta 1e5."""
+    built = []
+    real_init = DecodeStep.__init__
+    monkeypatch.setattr(DecodeStep, "__init__",
+                        lambda self, *a: built.append(1) or real_init(self, *a))
+    model = model_for("llama", 5, n_heads=6, n_kv_heads=2, d_model=48, tie_embeddings=True,
+                      rope_theta=100_000.0)
+    prompt = [3, 1, 4, 1, 5]
+
+    def same_as_full(ids: list[int], n: int) -> list[int]:
+        cached = generate(model, ids, n, greedy=True)
+        assert cached == generate(model, ids, n, greedy=True, use_cache=False)
+        return cached
+
+    first = same_as_full(prompt, 20)
+    assert len(built) == 1
+    assert same_as_full(prompt, 20) == first and len(built) == 1  # kept, bound to a new cache
+    assert same_as_full(prompt + first[:3], 12) == first[3:15] and len(built) == 1
+    with torch.no_grad():
+        model.blocks[1].mlp.down_proj.weight.mul_(1.5)  # as an optimizer step would
+    same_as_full(prompt, 20)
+    assert len(built) == 2
+    other = model_for("llama", 6)
+    generate(other, prompt, 5, greedy=True)
+    assert len(built) == 3 and decode._kept[0]() is other

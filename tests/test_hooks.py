@@ -109,3 +109,40 @@ def test_hook_points_skip_the_module_call_only_while_no_hook_could_see_it():
     seen.clear()
     model(idx)
     assert seen == []  # removed: no module hook left anywhere
+
+
+def _bench_module(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("changes", [{}, {"norm": "layernorm", "ffn": "gelu", "position": "learned",
+                                          "bias": True}])  # course, gpt2's block
+def test_hooks_compiled_out_compute_the_same_step(changes):
+    """bench/nanogpt_step.py's baseline for what the hook points cost: the forwards with
+    every hook call removed from their source compute the same loss and gradients bit for
+    bit, and no hook can see them any more (the calls are gone)."""
+    compile_out = _bench_module("hooks_out").compile_out
+    cfg = replace(CFG, **changes)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 40, (3, 16))
+    grads = []
+    for strip in (False, True):
+        torch.manual_seed(1)
+        model = Transformer(cfg).train()
+        if strip:
+            model = compile_out(model)
+        loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+        loss.backward()
+        grads.append([loss.detach()] + [p.grad for p in model.parameters()])
+        seen: list[str] = []
+        with model.hooks(fwd=[("blocks.0.hook_resid_post", lambda t, n, seen=seen: seen.append(n))]):
+            model(ids)
+        assert bool(seen) is not strip
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))

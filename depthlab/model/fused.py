@@ -184,14 +184,30 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return _GeluTanh.apply(x)
 
 
+def _fused_rms_forward():  # -> the op, or None
+    """ATen's RMSNorm forward kernel (y and 1/rms in one call) where this torch has one that
+    runs on CPU (PyTorch >= 2.8), tried once on a small tensor; else None."""
+    try:
+        op = torch.ops.aten._fused_rms_norm
+        op(torch.ones(1, 2), [2], torch.ones(2), 1e-5)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return None
+    return op
+
+
+_FUSED_RMS_FORWARD = _fused_rms_forward()
+
+
 class _RMSNorm(torch.autograd.Function):
     """y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps), with the backward written out.
 
     On CPU autograd differentiates F.rms_norm's composite (pow, mean, add, rsqrt, two
-    products) op by op. The forward here runs the same ops in the same order (x * x is
-    pow(x, 2); mean is a sum divided by D), so its values are bit for bit F.rms_norm's,
-    those of inference and of every probe, and keeps r; it writes y into the buffer of
-    x * x. The backward is ATen's LayerNorm backward, one fused kernel, given mean 0 and
+    products) op by op. The forward here is ATen's one-kernel `_fused_rms_norm` where
+    this torch has it (PyTorch >= 2.8 on CPU: one pass for r, one for y, instead of six
+    ops and five fresh tensors), else the same ops in the composite's order (x * x is
+    pow(x, 2); mean is a sum divided by D); either way its values are bit for bit
+    F.rms_norm's, those of inference and of every probe (tests/test_fused.py), and it
+    keeps r. The backward is ATen's LayerNorm backward, one fused kernel, given mean 0 and
     rstd r: with g' = g * w it returns dw = sum over rows of g * x * r, RMSNorm's, and
     dx = r * g' - x * r^3 * sum(g' * x) / D - r * sum(g') / D: RMSNorm's dx but for the
     last term, LayerNorm's mean term, which adding r * (g @ w) / D per row takes back."""
@@ -199,9 +215,12 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, x: torch.Tensor, weight: torch.Tensor,
                 eps: float) -> torch.Tensor:
-        y = x * x
-        r = y.sum(-1, keepdim=True).div_(x.shape[-1]).add_(eps).rsqrt_()
-        torch.mul(x, r, out=y).mul_(weight)
+        if _FUSED_RMS_FORWARD is not None:
+            y, r = _FUSED_RMS_FORWARD(x, [x.shape[-1]], weight, eps)
+        else:
+            y = x * x
+            r = y.sum(-1, keepdim=True).div_(x.shape[-1]).add_(eps).rsqrt_()
+            torch.mul(x, r, out=y).mul_(weight)
         ctx.save_for_backward(x, weight, r)
         return y
 
