@@ -63,20 +63,29 @@ def _norm_scale(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.eps).to(x.dtype)
 
 
-def lens_logits(model: Any, x: torch.Tensor, cached_from: torch.Tensor | None = None) -> torch.Tensor:
+def lens_logits(model: Any, x: torch.Tensor, cached_from: torch.Tensor | None = None,
+                logits: torch.Tensor | None = None) -> torch.Tensor:
     """Logits of a stream state read by the final norm and the LM head.
 
     By default the final norm runs on `x` itself (the correct lens). With `cached_from`
     (the final stream), x is divided by the final stream's scale instead of its own:
-    the cached-scale shortcut, wrong for every state but the last."""
-    logits = model.unembed(x)
+    the cached-scale shortcut, wrong for every state but the last. `logits`, the correct
+    lens's logits of x when already computed, spare the LM head a second product where
+    the head is linear after the norm (no nGPT scale, softcap or hook on hook_final):
+    the cached-scale logits are then r (logits - b W^T) + b W^T, r the ratio of scales."""
     norm = model.final_norm
     if cached_from is None or norm is None or not hasattr(norm, "eps"):
-        return logits  # no norm, or DyT: no per-position scale that could be cached
-    normed = norm(x)
+        return model.unembed(x) if logits is None else logits  # no norm, or DyT: no scale to cache
+    ratio = _norm_scale(norm, cached_from) / _norm_scale(norm, x)
     bias = norm.bias if hasattr(norm, "bias") else 0.0
-    cached = (normed - bias) * (_norm_scale(norm, cached_from) / _norm_scale(norm, x)) + bias
     weight = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+    if (logits is not None and model.logit_scale is None and model.cfg.logit_softcap is None
+            and not model.hook_final.active):
+        if not torch.is_tensor(bias):
+            return logits * ratio
+        head_bias = bias @ weight.T
+        return (logits - head_bias) * ratio + head_bias
+    cached = (norm(x) - bias) * ratio + bias
     return cached @ weight.T
 
 
@@ -185,8 +194,9 @@ def lens_probes(model: Any, states: torch.Tensor, target: int, labels: list[str]
     """Logit lens at the last position of every state: target rank and probability,
     entropy (final norm recomputed) and the cached-scale entropy beside it."""
     last = states[:, -1:, :]  # [S, 1, D]
-    logits = lens_logits(model, last)[:, 0].double()
-    cached = lens_logits(model, last, cached_from=last[-1:].expand_as(last))[:, 0].double()
+    raw = lens_logits(model, last)
+    logits = raw[:, 0].double()
+    cached = lens_logits(model, last, cached_from=last[-1:].expand_as(last), logits=raw)[:, 0].double()
     probs = logits.softmax(-1)
     rank = (logits > logits[:, target:target + 1]).sum(-1).tolist()
     return {"states": labels, "target_id": target, "rank": rank,
