@@ -12,7 +12,7 @@ the page's server uses:
 3. beside each, the floor its weight products set: their GFLOP (`product_gflop`: the
    gradient's forward and backward pass and the other probes' forward pass, the
    L(L + 1)/2 block passes and L(T - 1) LM-head rows of the block removals, the lens
-   grid's (L + 1)T rows, the lens's 2(2L + 1) rows) over this machine's float32
+   grid's (L + 1)T rows, the lens's 2L + 1 rows) over this machine's float32
    matrix-product rate, measured in the same run on one thread.
 
 Never asserted.
@@ -75,7 +75,7 @@ def product_gflop(model, n_tokens: int) -> float:
     head = model.cfg.vocab_size * model.cfg.d_model
     macs = (3 * T * (sum(block) + head)  # two forward passes, a backward to the stream
             + sum((i + 1) * T * w for i, w in enumerate(block)) + L * (T - 1) * head  # removals
-            + (L + 1) * T * head + 2 * (2 * L + 1) * head)  # lens grid, lens
+            + (L + 1) * T * head + (2 * L + 1) * head)  # lens grid, lens
     return 2 * macs / 1e9
 
 
