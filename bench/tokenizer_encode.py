@@ -6,9 +6,12 @@ tiktoken the same merges (its mergeable ranks are our ids, its pattern GPT-2's),
 encodes the Shakespeare corpus (4.8 M characters) with: depthlab's corpus path
 (`BPETokenizer.encode_corpus`, what the token cache runs), one `tokenizers` call on the
 whole text (`encode`), tiktoken's `encode_ordinary`, and the cache's path before
-(`encode_batch` of the lines, timed only: its ids may differ). Rounds are interleaved, so a
-busy machine slows all of them alike; the figure is each one's best round. The ids of the
-three exact ways must be identical. tiktoken is a dev extra (`pip install tiktoken`), never
+(`encode_batch` of the lines, timed only: its ids may differ). Everything runs on one
+thread (RAYON_NUM_THREADS=1 unless set: `tokenizers` would otherwise spread a batch over
+the cores, tiktoken's encode_ordinary never does), and the figure is CPU seconds, which a
+busy machine inflates less than wall time. Rounds are interleaved, so a busy machine
+slows all of them alike; the figure is each one's best round. The ids of the three exact
+ways must be identical. tiktoken is a dev extra (`pip install tiktoken`), never
 needed at run time; without it the bench says so in one line and times depthlab alone.
 """
 
@@ -20,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+os.environ.setdefault("RAYON_NUM_THREADS", "1")  # before `tokenizers` starts its pool
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
@@ -60,9 +64,9 @@ def tiktoken_encoding(tok: BPETokenizer):
 def best_s(fn, rounds: int) -> tuple[float, object]:
     times, out = [], None
     for _ in range(rounds):
-        start = time.perf_counter()
+        start = time.process_time()
         out = fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times), out
 
 
@@ -74,8 +78,9 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     tok = BPETokenizer.train(text + load_corpus("hongloumeng").text, VOCAB, [EOT])
     print(f"trained {tok.vocab_size:,} ids in {time.perf_counter() - start:.1f} s; encoding "
-          f"{len(text):,} characters; CPUs {os.cpu_count()}, load average "
-          f"{os.getloadavg()[0]:.2f}")
+          f"{len(text):,} characters on one thread (RAYON_NUM_THREADS="
+          f"{os.environ['RAYON_NUM_THREADS']}), CPU seconds; CPUs {os.cpu_count()}, load "
+          f"average {os.getloadavg()[0]:.2f}")
     try:
         enc = tiktoken_encoding(tok)
     except ImportError:
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(reference):,} ids, identical in all {len(exact)} exact ways")
     ours = times["depthlab encode_corpus"]
     for name, t in times.items():
-        print(f"  {name:<32} {t:6.2f} s  {len(reference) / t / 1e6:5.2f} M tokens/s  "
+        print(f"  {name:<32} {t:6.2f} s CPU  {len(reference) / t / 1e6:5.2f} M tokens/s  "
               f"{t / ours:5.2f}x depthlab")
     if enc is not None:
         print(f"depthlab / tiktoken: {ours / times['tiktoken encode_ordinary']:.2f}x")

@@ -27,7 +27,13 @@ import numpy as np
 
 from depthlab import bpe_train
 from depthlab.atomic import atomic_write, atomic_write_text
-from depthlab.bpe_corpus import BLOCK_CHARS, CorpusEncoder, CutMismatch, fast_path_refusal
+from depthlab.bpe_corpus import (
+    BLOCK_CHARS,
+    CorpusEncoder,
+    CutMismatch,
+    fast_path_refusal,
+    token_byte_lengths,
+)
 from depthlab.config import DataConfig
 from depthlab.corpus import DOC_SEPARATOR, load_corpus
 from depthlab.errors import UserError, read_json_object
@@ -157,6 +163,7 @@ class BPETokenizer:
 
     def __init__(self, hf_tokenizer) -> None:  # tokenizers.Tokenizer
         self.hf = hf_tokenizer
+        self._token_bytes: np.ndarray | None = None  # encode_corpus's, computed once
 
     @classmethod
     def train(cls, text: str, vocab_size: int, special_tokens: Sequence[str] = (),
@@ -196,7 +203,9 @@ class BPETokenizer:
         if _unstreamable(self.hf) is None and fast_path_refusal(self.hf) is None:
             prefix, suffix = self._stream_frame()
             try:
-                body = CorpusEncoder(self.hf).encode(text, np.dtype(dtype))
+                if self._token_bytes is None:
+                    self._token_bytes = token_byte_lengths(self.hf)
+                body = CorpusEncoder(self.hf, self._token_bytes).encode(text, np.dtype(dtype))
             except CutMismatch:
                 pass
             else:

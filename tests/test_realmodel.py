@@ -170,6 +170,26 @@ def test_cached_scale_lens_divides_by_the_final_streams_rms_instead_of_its_own()
     assert torch.allclose(wrong, right * rms(x) / rms(final), rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("changes", [{}, {"norm": "layernorm"}])
+def test_the_cached_scale_logits_from_the_lens_logits_are_the_products(changes):
+    """Given the correct lens's logits, the cached-scale ones are derived (the head is
+    linear after the norm: rescaled, the norm's bias through the head added back) and
+    equal the product of the rescaled state with the head."""
+    from depthlab.probes.realmodel import lens_logits
+
+    model = _model(seed=6, **changes)
+    if changes:  # a bias that matters
+        torch.nn.init.normal_(model.final_norm.bias, std=0.5, generator=torch.Generator().manual_seed(1))
+    gen = torch.Generator().manual_seed(2)
+    d = model.cfg.d_model
+    x, final = torch.randn(5, 1, d, generator=gen), 6 * torch.randn(5, 1, d, generator=gen)
+    with torch.no_grad():
+        product = lens_logits(model, x, cached_from=final)
+        derived = lens_logits(model, x, cached_from=final, logits=lens_logits(model, x))
+    assert torch.allclose(derived, product, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(derived, lens_logits(model, x), rtol=1e-2)  # the scale differs
+
+
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_preset_goes_through_and_the_last_lens_state_is_the_prediction(preset):
     model = _model(preset, seed=6)

@@ -236,3 +236,14 @@ def test_the_reading_counts_writes_and_names_the_cap():
     assert "软上限" in read["zh"]
     plain = stream_readings(realmodel_probes(_model(seed=2), IDS, target=11))["dla"]
     assert "the 4 writes add up to" in plain["en"] and "softcap" not in plain["en"]
+
+
+def test_a_tall_paths_fit_is_the_direct_svds_to_the_last_digit(monkeypatch):
+    """More states x tokens than twice the width: the fit factors QR first (as LAPACK's
+    gesdd does inside) and must give what the SVD of the whole matrix gives, signs too."""
+    gen = torch.Generator().manual_seed(3)
+    states = torch.randn(9, 8, 24, generator=gen, dtype=torch.float64) * torch.linspace(
+        0.5, 3, 24, dtype=torch.float64)
+    got = stream_path(states, 5)
+    monkeypatch.setattr(torch.linalg, "qr", lambda a, mode: (None, a))  # the direct SVD
+    assert stream_path(states, 5) == got

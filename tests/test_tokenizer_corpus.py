@@ -76,6 +76,35 @@ def test_segments_start_exactly_where_byte_level_text_may_be_cut(text):
                       or (text[p] in ",.;:!?" and text[p - 1].isascii() and text[p - 1].isalpha())}
 
 
+@settings(max_examples=200, deadline=None)
+@given(text=texts)
+def test_the_vectorised_segments_are_the_regexs(text):
+    """distinct_segments reads the cut rule off the code points and groups the segments by
+    a hash: the same segments as SEGMENTS.findall, each distinct one once."""
+    distinct, order = bpe_corpus.distinct_segments(text)
+    assert [distinct[i] for i in order.tolist()] == SEGMENTS.findall(text)
+    assert len(set(distinct)) == len(distinct)
+
+
+def test_a_hash_collision_falls_back_to_the_regex(tokenizers, monkeypatch):
+    """Every segment hashed alike: the check against each group's first segment fails and
+    the block is split by the regex, so the ids stay those of encode."""
+    monkeypatch.setattr(bpe_corpus, "segment_hashes", lambda codes, starts, ends:
+                        np.zeros(len(starts), np.uint64))
+    distinct, order = bpe_corpus.distinct_segments(FIXED)
+    assert [distinct[i] for i in order.tolist()] == SEGMENTS.findall(FIXED)
+    tok = tokenizers["plain"]
+    assert tok.encode_corpus(FIXED).tolist() == tok.hf.encode(FIXED).ids
+
+
+def test_whitespace_lies_in_the_basic_plane():
+    """_classes scans U+0000..U+FFFF for the regex's \\s; nothing above it matches."""
+    above = "".join(map(chr, range(0x10000, 0x110000)))
+    assert re.search(r"\s", above) is None
+    spaces = bpe_corpus._classes() & bpe_corpus.SPACE
+    assert np.flatnonzero(spaces).tolist() == [c for c in range(0x10000) if chr(c).isspace()]
+
+
 def test_a_tokenizer_the_fast_path_cannot_cut_is_encoded_whole(tokenizers):
     """An added token that strips the whitespace beside it moves a cut: encoded whole."""
     from tokenizers import AddedToken, Tokenizer

@@ -63,20 +63,29 @@ def _norm_scale(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.eps).to(x.dtype)
 
 
-def lens_logits(model: Any, x: torch.Tensor, cached_from: torch.Tensor | None = None) -> torch.Tensor:
+def lens_logits(model: Any, x: torch.Tensor, cached_from: torch.Tensor | None = None,
+                logits: torch.Tensor | None = None) -> torch.Tensor:
     """Logits of a stream state read by the final norm and the LM head.
 
     By default the final norm runs on `x` itself (the correct lens). With `cached_from`
     (the final stream), x is divided by the final stream's scale instead of its own:
-    the cached-scale shortcut, wrong for every state but the last."""
-    logits = model.unembed(x)
+    the cached-scale shortcut, wrong for every state but the last. `logits`, the correct
+    lens's logits of x when already computed, spare the LM head a second product where
+    the head is linear after the norm (no nGPT scale, softcap or hook on hook_final):
+    the cached-scale logits are then r (logits - b W^T) + b W^T, r the ratio of scales."""
     norm = model.final_norm
     if cached_from is None or norm is None or not hasattr(norm, "eps"):
-        return logits  # no norm, or DyT: no per-position scale that could be cached
-    normed = norm(x)
+        return model.unembed(x) if logits is None else logits  # no norm, or DyT: no scale to cache
+    ratio = _norm_scale(norm, cached_from) / _norm_scale(norm, x)
     bias = norm.bias if hasattr(norm, "bias") else 0.0
-    cached = (normed - bias) * (_norm_scale(norm, cached_from) / _norm_scale(norm, x)) + bias
     weight = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+    if (logits is not None and model.logit_scale is None and model.cfg.logit_softcap is None
+            and not model.hook_final.active):
+        if not torch.is_tensor(bias):
+            return logits * ratio
+        head_bias = bias @ weight.T
+        return (logits - head_bias) * ratio + head_bias
+    cached = (norm(x) - bias) * ratio + bias
     return cached @ weight.T
 
 
@@ -185,8 +194,9 @@ def lens_probes(model: Any, states: torch.Tensor, target: int, labels: list[str]
     """Logit lens at the last position of every state: target rank and probability,
     entropy (final norm recomputed) and the cached-scale entropy beside it."""
     last = states[:, -1:, :]  # [S, 1, D]
-    logits = lens_logits(model, last)[:, 0].double()
-    cached = lens_logits(model, last, cached_from=last[-1:].expand_as(last))[:, 0].double()
+    raw = lens_logits(model, last)
+    logits = raw[:, 0].double()
+    cached = lens_logits(model, last, cached_from=last[-1:].expand_as(last), logits=raw)[:, 0].double()
     probs = logits.softmax(-1)
     rank = (logits > logits[:, target:target + 1]).sum(-1).tolist()
     return {"states": labels, "target_id": target, "rank": rank,
@@ -227,7 +237,8 @@ ABLATION_BATCH_BYTES = 64 * 2**20  # the logits of one batch of ablated copies, 
 
 
 def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float,
-                    pre: list[torch.Tensor] | None = None) -> dict[str, Any]:
+                    pre: list[torch.Tensor] | None = None,
+                    base_logits: torch.Tensor | None = None) -> dict[str, Any]:
     """Loss change when block l's attention and FFN writes are both removed, for every l.
 
     `pre`, the stream entering each block in the unablated pass (its hook_resid_pre),
@@ -235,13 +246,31 @@ def ablation_probes(model: Any, idx: torch.Tensor, base_loss: float,
     start copy l at block l: the blocks below it compute what the unablated pass did, so
     the L copies cost L(L + 1)/2 block passes, not L^2, in one growing batch that reads
     each block's weights once. Other models run the L copies as batches of whole passes.
-    Either way a batch's logits stay under ABLATION_BATCH_BYTES."""
+    Either way a batch's logits stay under ABLATION_BATCH_BYTES, and only the positions
+    that predict a next token go through the LM head.
+
+    Each copy's loss is `copy_losses`' (float32 logits, as the model makes them, reduced
+    without a float64 copy of them); the change is taken from the same reduction of
+    `base_logits` (the unablated pass's) when given, so a block that writes nothing
+    changes the loss by exactly 0, else from `base_loss`."""
     if pre is not None and _steps_alone(model):
-        logits = _ablated_from_below(model, idx, pre)
+        losses = _ablated_from_below(model, idx, pre)
     else:
-        logits = _ablated_whole(model, idx)
-    deltas = [next_token_loss(row, idx) - base_loss for row in logits]
+        losses = _ablated_whole(model, idx)
+    ref = base_loss if base_logits is None else float(copy_losses(base_logits[:, :-1], idx)[0])
+    deltas = [float(loss) - ref for batch in losses for loss in batch]
     return {"base_loss": base_loss, "delta_loss": deltas}
+
+
+def copy_losses(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of each copy, float64 [B], from the logits [B, T - 1, V]
+    of the positions 0..T-2 of the prompt `idx` [1, T]: logsumexp minus the next token's
+    logit. The logsumexp runs on the float32 logits (max-shifted, a cascade sum), about
+    1e-7 from float64's for a loss of a few nats; only the per-position results are
+    widened."""
+    z = logits.float()
+    nxt = idx[0, 1:].expand(len(z), -1).unsqueeze(-1)
+    return (z.logsumexp(-1).double() - z.gather(-1, nxt)[..., 0].double()).mean(-1)
 
 
 def _zero_row(row: int):
@@ -262,26 +291,27 @@ def _steps_alone(model: Any) -> bool:
 
 
 def _ablated_from_below(model: Any, idx: torch.Tensor, pre: list[torch.Tensor]):
-    """Logits [1, T, V] of each ablated copy, copy l started at block l from `pre[l]`."""
+    """Losses of the ablated copies, a batch at a time, copy l started at block l from
+    `pre[l]`. At block l the batch holds copies 0..l, copy l last: one set of hooks
+    (block l zeroes row l) serves the whole climb."""
     T = idx.shape[-1]
     rope = model.rope(T, pre[0])
     x = pre[0][:0]
-    with torch.no_grad():
+    fwd = [(f"blocks.{layer}.hook_{kind}_write", _zero_row(layer))
+           for layer in range(len(model.blocks)) for kind in ("attn", "mlp")]
+    with torch.no_grad(), model.hooks(fwd=fwd):
         for layer, block in enumerate(model.blocks):
             x = torch.cat([x, pre[layer]])  # copy `layer` joins, its own writes removed
-            zero = _zero_row(len(x) - 1)
-            fwd = [(f"blocks.{layer}.hook_{kind}_write", zero) for kind in ("attn", "mlp")]
-            with model.hooks(fwd=fwd):
-                x, _ = block(x, rope, None, None, idx.expand(len(x), T))
-        x = model.blocks[-1].mlp_residual.close(x)
+            x, _ = block(x, rope, None, None, idx.expand(len(x), T))
+    with torch.no_grad():
+        x = model.blocks[-1].mlp_residual.close(x)[:, :-1]  # the last position predicts nothing here
         batch = _ablation_batch(model, T)
         for start in range(0, len(x), batch):
-            for row in model.unembed(x[start:start + batch]):
-                yield row.unsqueeze(0)
+            yield copy_losses(model.unembed(x[start:start + batch]), idx)
 
 
 def _ablated_whole(model: Any, idx: torch.Tensor):
-    """Logits [1, T, V] of each ablated copy, as batches of whole passes."""
+    """Losses of the ablated copies, as batches of whole passes."""
     L, T = model.cfg.n_layers, idx.shape[-1]
     batch = _ablation_batch(model, T)
     for start in range(0, L, batch):
@@ -290,8 +320,7 @@ def _ablated_whole(model: Any, idx: torch.Tensor):
                for i in blocks for kind in ("attn", "mlp")]
         with torch.no_grad(), model.hooks(fwd=fwd):
             logits = model(idx.expand(len(blocks), T))
-        for row in logits:
-            yield row.unsqueeze(0)
+        yield copy_losses(logits[:, :-1], idx)
 
 
 def _ablation_batch(model: Any, n_tokens: int) -> int:
@@ -348,7 +377,7 @@ def realmodel_probes(model: Any, ids: list[int], target: int | None = None,
             "lens_grid": views.lens_grid(model, states),
             "massive": massive_probes(states, labels),
             "lens": lens_probes(model, states, target, labels),
-            "ablation": ablation_probes(model, idx, loss, [cache[n] for n in pre])}
+            "ablation": ablation_probes(model, idx, loss, [cache[n] for n in pre], logits)}
 
 
 def probe_run_dir(run_dir: Any, prompt: str | list[int], target: str | int | None = None,

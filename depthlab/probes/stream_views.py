@@ -122,7 +122,13 @@ def stream_path(states: torch.Tensor, position: int) -> dict[str, Any]:
     fit = states if use_first else states[:, 1:]
     flat = fit.double().reshape(-1, states.shape[-1])
     mean = flat.mean(0)
-    _, sing, vh = torch.linalg.svd(flat - mean, full_matrices=False)
+    centred = flat - mean
+    if centred.shape[0] >= centred.shape[1] * 11 // 6:
+        # LAPACK's gesdd factors a matrix this tall as QR first and takes the SVD of R;
+        # doing that here gives the same singular values and vectors (signs included)
+        # without forming the [S*T, D] left vectors, which were most of its cost
+        centred = torch.linalg.qr(centred, mode="r")[1]
+    _, sing, vh = torch.linalg.svd(centred, full_matrices=False)
     var = sing.pow(2)
     total = float(var.sum())
     xy = (states[:, position].double() - mean) @ vh[:2].T  # [S, 2]
@@ -152,13 +158,15 @@ def lens_grid(model: Any, states: torch.Tensor) -> dict[str, Any]:
     # Rows go through the LM head together, as many as keep their logits under
     # LENS_BATCH_BYTES: its weights are read once a batch, not once a row (SmolLM2: 31
     # reads of 113 MB). Softmax is monotonic, so the top-5 are the logits' top-5, and
-    # only their probabilities are taken (in double, exp(logit - logsumexp)).
+    # only their probabilities are taken (exp(logit - logsumexp)).
     batch = max(1, LENS_BATCH_BYTES // (states.shape[1] * model.cfg.vocab_size * 4))
     ids, probs = [], []
     for start in range(0, len(rows), batch):
         logits = model.unembed(states[rows[start:start + batch]])  # the norm runs on each state  # [R, T, V]
         top = logits.topk(TOP_K, dim=-1)
-        p = (top.values.double() - logits.double().logsumexp(-1, keepdim=True)).exp()
+        # the logsumexp of the float32 logits (about 1e-7 from float64's), then the
+        # five probabilities in double: a float64 copy of every logit cost more than the rest
+        p = (top.values.double() - logits.float().logsumexp(-1, keepdim=True).double()).exp()
         ids += top.indices.tolist()
         probs += [[[round(v, 4) for v in cell] for cell in row] for row in p.tolist()]
     return {"states": rows, "top_id": ids, "top_prob": probs}

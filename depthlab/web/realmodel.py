@@ -45,9 +45,11 @@ MAX_RUN_DEPTH = 3  # runs/NAME, runs/GROUP/NAME, runs/EXPERIMENT/runs/NAME
 MODELS_KEPT = 2  # loaded runs a server keeps (SmolLM2: 540 MB each)
 CACHE_DIR = Path(".cache") / "realmodel"
 STATIC_RUN = "smollm2"  # what `depthlab lab` imports: the run a static page shows
-CACHE_VERSION = 5  # 2: the gradient section and its reading; 3: tokens as text, the lens reading;
+CACHE_VERSION = 6  # 2: the gradient section and its reading; 3: tokens as text, the lens reading;
 # 4: the stream's path, the writes' direct contributions, the lens grid, attention maps;
-# 5: the readings' token fields kept apart ("parts")
+# 5: the readings' token fields kept apart ("parts"); 6: the block removals' losses and
+# the lens grid's logsumexps in float32, the cached-scale lens rescaled (numbers move by
+# about 1e-7)
 # Imported models the lab knows the training language of (a lowercase part of the source's
 # name or path): SmolLM2's corpus is mostly English web text, code and maths.
 IMPORTED_LANGUAGES = (("smollm", "en"),)
