@@ -103,6 +103,7 @@ def _train(cfg: Config, run_dir: Path, proc: runtime.Runtime, resume: bool, over
     ckpt = agree_on_start(run_dir, cfg, proc, resume, overwrite)
     if ckpt is not None:  # the text, before its vocabulary meets the weights' shapes
         setup.check_same_data(run_dir, data, ckpt, note=proc.is_main)
+        setup.check_kind(cfg, ckpt)
     model, optimizer = setup.build(cfg, proc, ckpt)
     if ckpt is not None and ckpt.step >= cfg.train.steps:
         return _finished(run_dir, cfg, time.time() - started)
