@@ -145,9 +145,10 @@ def measure(label: str, model_cfg: ModelConfig, batch: int, seq: int, steps: int
     return steps * batch * seq * world / elapsed, n_params, peak
 
 
-def say(line: str, stream=sys.stdout) -> None:
+def say(line: str, stream=None) -> None:
+    """Print on rank 0 only."""
     if int(os.environ.get("RANK", "0")) == 0:
-        print(line, file=stream, flush=True)
+        print(line, file=stream or sys.stdout, flush=True)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -188,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         how = "fsdp" if dist.is_initialized() else "one process, unsharded (no torchrun)"
         say(f"{datetime.date.today()} {world} x {name}; torch {torch.__version__}; {how}, "
             f"bf16, compile {'on' if compile_model else 'off'}; {source} peak "
-            f"{peak / 1e12:.1f} TFLOP/s per device")
+            f"{peak / 1e12:.3g} TFLOP/s per device")
         for label, (m, batch, seq) in shapes(args.small).items():
             tps, n, mem = measure(label, m, batch, seq, args.steps, device, world, compile_model)
             mfu = tps * flops_per_token(m, n, seq) / (world * peak)
-            say(f"{label} {n / 1e6:.0f}M params ({world} x {batch} x {seq} tokens a step): "
+            say(f"{label} {n / 1e6:.3g}M params ({world} x {batch} x {seq} tokens a step): "
                 f"{tps:,.0f} tokens/s, MFU {mfu:.1%}, peak memory {mem / 2**30:.2f} GiB")
     finally:
         if dist.is_initialized():

@@ -116,15 +116,21 @@ def decode_state_floats(m: ModelConfig, tokens: int) -> int:
     return kv + kinds.count("gated_deltanet") * state
 
 
-def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
+def estimate(m: ModelConfig, batch: int, seq: int, training: bool,
+             checkpointed: bool = False) -> MemoryEstimate:
     """Bytes held at once by a forward (and, when training, backward) pass of `batch`
-    sequences of `seq` tokens."""
+    sequences of `seq` tokens. `checkpointed` (train.activation_checkpointing): each
+    block keeps only its input stream for backward, and one block at a time holds its
+    activations again while it is recomputed."""
     n = m.approx_params
     tokens = batch * seq
     per_token = tokens * (18 * m.d_model + 5 * m.ffn_hidden)
     mixers = [mixer_floats(m, kind, batch, seq) for kind in m.layer_kinds]
     acts = (m.n_layers * per_token + sum(mixers) + 4 * tokens * m.vocab_size
             + tokens * (residual_floats(m) + shortcut_floats(m)))
+    if training and checkpointed:
+        acts = (m.n_layers * tokens * m.d_model * max(1, m.streams) + per_token + max(mixers)
+                + 4 * tokens * m.vocab_size + tokens * (residual_floats(m) + shortcut_floats(m)))
     if not training:  # no graph is kept: one block's worth, the logits, the decode cache
         acts = per_token + max(mixers) + 2 * tokens * m.vocab_size + decode_state_floats(m, tokens)
     acts += rope_floats(m)
@@ -139,11 +145,11 @@ def root_params(m: ModelConfig) -> int:
 
 
 def per_rank(m: ModelConfig, batch: int, seq: int, world: int = 1,
-             parallel: str = "ddp") -> MemoryEstimate:
+             parallel: str = "ddp", checkpointed: bool = False) -> MemoryEstimate:
     """What one of `world` training processes holds at once, each running `batch`
     sequences of `seq` tokens per micro-step (the module docstring says what each kind
     keeps)."""
-    est = estimate(m, batch, seq, training=True)
+    est = estimate(m, batch, seq, training=True, checkpointed=checkpointed)
     n = est.params
     if world == 1:
         return est
@@ -194,7 +200,8 @@ def check_fits(cfg: Config, device: str = "cpu", *, training: bool = True,
         batch = max(1, t.batch_size // world) if training else 1
     if seq is None:
         seq = t.seq_len if training else 1
-    est = (per_rank(cfg.model, batch, seq, world, t.parallel) if training
+    est = (per_rank(cfg.model, batch, seq, world, t.parallel, t.activation_checkpointing)
+           if training
            else estimate(cfg.model, batch, seq, training))
     limit = available_bytes(device)
     if est.total > limit:
