@@ -74,7 +74,9 @@ def test_fsdp_follows_one_process_and_ddp(tmp_path, variant):
     extra = ["--set", "train.eval_every=10", "--set", "train.ckpt_every=10",
              "--set", "train.grad_accum=2", *(HYBRID if variant == "hybrid" else [])]
     one = train(tmp_path, "one", 20, extra)
-    fsdp = train(tmp_path, "fsdp", 20, extra, world=2, parallel="fsdp")
+    # the hybrid's fsdp run also recomputes its blocks in backward
+    ac = ["--set", "train.activation_checkpointing=true"] if variant == "hybrid" else []
+    fsdp = train(tmp_path, "fsdp", 20, [*extra, *ac], world=2, parallel="fsdp")
     for kind, key in (("train", "loss"), ("eval", "val_loss")):
         assert close(curve(fsdp, kind, key), curve(one, kind, key)), (kind, key)
     assert len(curve(fsdp)) == 20
@@ -213,6 +215,8 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, mon
     from depthlab.train import checkpoint as ck
 
     cfg, model, opt = _sharded()
+    root, tmp_path = tmp_path, tmp_path / "run"
+    tmp_path.mkdir()
     write_config(tmp_path, cfg)
     ck.save_sharded_checkpoint(tmp_path, 1, model, opt, 2, True)
     before = {p.name: p.read_bytes() for p in (tmp_path / "checkpoints/step_0000001").iterdir()}
@@ -234,6 +238,11 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, mon
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
     for name, t in whole.state_dict().items():
         assert torch.equal(t, full[name]), name
+    # the page lists it and loads it
+    from depthlab.web.realmodel import LoadedRuns, list_runs
+    assert [r["name"] for r in list_runs(root)] == ["run"]
+    page_model = LoadedRuns().get(tmp_path)[0]
+    assert torch.equal(page_model.embed_tokens.weight, full["embed_tokens.weight"])
     # and the trainer's own reader restores model and optimizer into a fresh sharded pair
     _, fresh, fresh_opt = _sharded(seed=1)
     step1 = ck.load_checkpoint(tmp_path / "checkpoints/step_0000001", 1)
@@ -259,3 +268,28 @@ def test_fsdp_refuses_a_checkpoint_it_cannot_shard(tmp_path):
     with pytest.raises(UserError, match="step_0000004: written by one process or "
                                         "train.parallel=ddp"):
         check_kind(replace(cfg, train=replace(cfg.train, parallel="fsdp")), ckpt)
+
+
+def test_activation_checkpointing_computes_the_same_gradients():
+    from dataclasses import replace
+
+    import torch
+
+    from depthlab.model import Transformer
+    from depthlab.presets import get_preset
+    from depthlab.train.parallel import checkpoint_blocks
+
+    cfg = get_preset("tiny")
+    m = replace(cfg.model, vocab_size=32, x0_mix=True)
+    x = torch.randint(0, 32, (2, 16))
+    grads = []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = Transformer(m)
+        if recompute:
+            checkpoint_blocks(model)
+        model(x).float().logsumexp(-1).mean().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    assert grads[0].keys() == grads[1].keys()
+    for name, g in grads[0].items():
+        assert torch.equal(g, grads[1][name]), name
