@@ -81,6 +81,9 @@ def test_fsdp_follows_one_process_and_ddp(tmp_path, variant):
         assert close(curve(fsdp, kind, key), curve(one, kind, key)), (kind, key)
     assert len(curve(fsdp)) == 20
     norms = curve(fsdp, "train", "grad_norm"), curve(one, "train", "grad_norm")
+    # step 1, before any update can drift: the clip's norm is the whole gradient's (one
+    # shard's would be about 1/sqrt(2) of it)
+    assert rel_gap(norms[0][:1], norms[1][:1]) <= 1e-6
     if variant == "course":
         # the gradient norm is the worse conditioned: the conditioning is measured by ddp,
         # the same sums over 2 processes, and fsdp must stay as close to one process
