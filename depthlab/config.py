@@ -333,6 +333,10 @@ class TrainConfig:
     optimizer: str = "adamw"
     muon_lr: float = 0.02
     muon_momentum: float = 0.95
+    # Under torchrun (depthlab.train.parallel): ddp keeps a whole copy of the model and
+    # optimizer in every process; fsdp shards them (FSDP2). One process ignores it.
+    parallel: str = "ddp"
+    activation_checkpointing: bool = False  # recompute each block in backward: less memory
 
 
 def refuse_hf_config(raw: Any, where: str) -> None:
@@ -779,6 +783,7 @@ def validate(cfg: Config) -> Config:
         )
     _one_of("train.device", t.device, ("auto", "cpu", "cuda", "mps"))
     _one_of("train.dtype", t.dtype, ("float32", "bfloat16"))
+    _one_of("train.parallel", t.parallel, ("ddp", "fsdp"))
     return cfg
 
 

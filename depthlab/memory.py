@@ -22,6 +22,14 @@ once and refuses with the estimate and the limit instead:
                           cache (and DeltaNet states), for the tokens the job
                           actually runs
 
+Under torchrun each process holds its share (`per_rank`): ddp a whole copy of the
+weights, gradients and AdamW moments plus DDP's gradient buckets (one more copy of the
+gradients), for batch_size / world sequences; fsdp 1/world of the weights, gradients
+and moments, plus what it gathers whole while computing: the root's weights (the
+embeddings and the head, kept from forward to backward) and two blocks' (the one
+running and the one fetched ahead), and one block's whole gradient before it is
+reduce-scattered. All counted in float32, an upper bound for bfloat16 compute.
+
 The coefficients are calibrated on the measured peak RSS of two training steps of
 the course, llama and gpt2 presets (the estimate is 0.8-0.9 of it; the test in
 tests/test_reliability.py measures it again). A refusal needs no more: the sizes it
@@ -108,19 +116,49 @@ def decode_state_floats(m: ModelConfig, tokens: int) -> int:
     return kv + kinds.count("gated_deltanet") * state
 
 
-def estimate(m: ModelConfig, batch: int, seq: int, training: bool) -> MemoryEstimate:
+def estimate(m: ModelConfig, batch: int, seq: int, training: bool,
+             checkpointed: bool = False) -> MemoryEstimate:
     """Bytes held at once by a forward (and, when training, backward) pass of `batch`
-    sequences of `seq` tokens."""
+    sequences of `seq` tokens. `checkpointed` (train.activation_checkpointing): each
+    block keeps only its input stream for backward, and one block at a time holds its
+    activations again while it is recomputed."""
     n = m.approx_params
     tokens = batch * seq
     per_token = tokens * (18 * m.d_model + 5 * m.ffn_hidden)
     mixers = [mixer_floats(m, kind, batch, seq) for kind in m.layer_kinds]
     acts = (m.n_layers * per_token + sum(mixers) + 4 * tokens * m.vocab_size
             + tokens * (residual_floats(m) + shortcut_floats(m)))
+    if training and checkpointed:
+        acts = (m.n_layers * tokens * m.d_model * max(1, m.streams) + per_token + max(mixers)
+                + 4 * tokens * m.vocab_size + tokens * (residual_floats(m) + shortcut_floats(m)))
     if not training:  # no graph is kept: one block's worth, the logits, the decode cache
         acts = per_token + max(mixers) + 2 * tokens * m.vocab_size + decode_state_floats(m, tokens)
     acts += rope_floats(m)
     return MemoryEstimate(n, FLOAT * n, 3 * FLOAT * n if training else 0, FLOAT * acts)
+
+
+def root_params(m: ModelConfig) -> int:
+    """The parameters outside the blocks: the embeddings, the head, the final norm (the
+    root's FSDP group); the stream shortcuts' few scalars are left out."""
+    embed = m.vocab_size * m.d_model + (m.context_len * m.d_model if m.position == "learned" else 0)
+    return embed + (0 if m.tie_embeddings else m.vocab_size * m.d_model) + m.d_model
+
+
+def per_rank(m: ModelConfig, batch: int, seq: int, world: int = 1,
+             parallel: str = "ddp", checkpointed: bool = False) -> MemoryEstimate:
+    """What one of `world` training processes holds at once, each running `batch`
+    sequences of `seq` tokens per micro-step (the module docstring says what each kind
+    keeps)."""
+    est = estimate(m, batch, seq, training=True, checkpointed=checkpointed)
+    n = est.params
+    if world == 1:
+        return est
+    if parallel == "ddp":
+        return MemoryEstimate(n, est.weights, est.optimizer + FLOAT * n, est.activations)
+    root = root_params(m)
+    block = max(0, n - root) // max(1, m.n_layers)
+    return MemoryEstimate(n, FLOAT * (-(-n // world) + root + 2 * block),
+                          3 * FLOAT * -(-n // world) + FLOAT * block, est.activations)
 
 
 def available_bytes(device: str = "cpu") -> int:
@@ -162,7 +200,9 @@ def check_fits(cfg: Config, device: str = "cpu", *, training: bool = True,
         batch = max(1, t.batch_size // world) if training else 1
     if seq is None:
         seq = t.seq_len if training else 1
-    est = estimate(cfg.model, batch, seq, training)
+    est = (per_rank(cfg.model, batch, seq, world, t.parallel, t.activation_checkpointing)
+           if training
+           else estimate(cfg.model, batch, seq, training))
     limit = available_bytes(device)
     if est.total > limit:
         job = f"training ({batch} x {seq} tokens per micro-step)" if training else "inference"

@@ -45,6 +45,7 @@ from depthlab.rundir import (
     TOKENIZER_FILE,
     WEIGHTS_FILE,
     DirLock,
+    is_checkpoint_file,
     run_contents,
 )
 
@@ -68,7 +69,8 @@ OWN_NAMES = {
 }
 # Names a kind owns by their form: the numbered shards of `depthlab data prepare`.
 OWN_FORMS = {TOKEN_SHARDS: re.compile(r"[A-Za-z0-9_.=-]+_\d{5}\.bin")}
-CHECKPOINT_FILES = frozenset({WEIGHTS_FILE, STATE_FILE})  # in each checkpoints/step_NNNNNNN/
+# in each checkpoints/step_NNNNNNN/: these two, or a DCP folder's (rundir.is_checkpoint_file)
+CHECKPOINT_FILES = frozenset({WEIGHTS_FILE, STATE_FILE})
 _STEP = re.compile(r"step_\d+")
 # The random part tempfile.mkstemp/mkdtemp put in a name (tempfile._RandomNameSequence):
 # atomic_write's `.NAME.xxxxxxxx.tmp`, save_checkpoint's `checkpoints/.tmp-xxxxxxxx`.
@@ -244,7 +246,7 @@ def _checkpoint_folder(folder: Path, inv: Inventory, rel: str, temps: bool) -> b
     temporary files of a killed write. Whether it held nothing else."""
     clean = True
     for q in sorted(folder.iterdir()):
-        if q.name in CHECKPOINT_FILES and _lkind(q) == "file" or temps and _own_temp(
+        if is_checkpoint_file(q.name) and _lkind(q) == "file" or temps and _own_temp(
                 q, CHECKPOINT_FILES):
             inv.files.append(q)
         else:

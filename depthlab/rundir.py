@@ -29,6 +29,7 @@ from typing import Any
 from depthlab import __version__
 from depthlab.atomic import atomic_write, atomic_write_text  # re-exported: callers import them here
 from depthlab.config import Config, diff, flatten, refuse_hf_config
+from depthlab.dcp import is_dcp, is_dcp_file, read_model
 from depthlab.errors import UserError, read_json_object
 from depthlab.memory import check_fits
 
@@ -42,7 +43,8 @@ MARKER_FILE = ".depthlab"
 # Keys that describe where a run executes, not what it computes: a resume may change them
 # and the config hash leaves them out. model.vocab_size is decided by the tokenizer from
 # data.*, so a grid entry (before tokenizing) and its finished run hash alike.
-RUNTIME_KEYS = frozenset({"train.device", "train.threads", "train.compile"})
+RUNTIME_KEYS = frozenset({"train.device", "train.threads", "train.compile", "train.parallel",
+                          "train.activation_checkpointing"})
 DERIVED_KEYS = frozenset({"model.vocab_size"})
 # Fields added after runs were recorded, with the value that computes what the model did
 # before they existed: left out of the hash at that value, so a run trained before the
@@ -287,8 +289,37 @@ def load_weights(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not a readable safetensors file ({e})") from None
 
 
+CHECKPOINTS_DIR = "checkpoints"  # RUN/checkpoints/step_NNNNNNN/ (depthlab.train.checkpoint)
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+def is_checkpoint_file(name: str) -> bool:
+    """A file depthlab writes in a checkpoint folder, of either kind."""
+    return name in (WEIGHTS_FILE, STATE_FILE) or is_dcp_file(name)
+
+
+def newest_dcp(run_dir: Path) -> Path | None:
+    """The newest checkpoint folder of a run when it is a DCP folder, else None."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return None
+    steps = sorted((int(m.group(1)), p) for p in root.iterdir()
+                   if (m := _STEP_DIR.match(p.name)) and p.is_dir())
+    return steps[-1][1] if steps and is_dcp(steps[-1][1]) else None
+
+
+def weights_source(run_dir: Path) -> Path | None:
+    """Where a run's newest weights are: RUN/model.safetensors, or, for a run trained with
+    train.parallel=fsdp (which writes none: no process ever holds the whole model), its
+    newest checkpoint, a DCP folder; None when it has neither. Every reader of a run's
+    weights (generate, probe run, hf export, the page) comes here through `load_model`."""
+    file = Path(run_dir) / WEIGHTS_FILE
+    return file if file.is_file() else newest_dcp(run_dir)
+
+
 def load_model(run_dir: Path, device: str = "cpu"):  # -> tuple[Transformer, Config]
-    """Rebuild the model of a run directory with its latest weights. The model is laid
+    """Rebuild the model of a run directory with its latest weights (RUN/model.safetensors,
+    or an fsdp run's newest DCP checkpoint: depthlab.dcp). The model is laid
     out on the meta device and takes the file's tensors as its parameters: drawing a
     random init only to overwrite it took SmolLM2's load from 0.1 s to 4 s."""
     import torch
@@ -299,7 +330,11 @@ def load_model(run_dir: Path, device: str = "cpu"):  # -> tuple[Transformer, Con
     check_fits(cfg, device, training=False, what=f"{run_dir}/config.json")
     with torch.device("meta"):
         model = Transformer(cfg.model)
-    path = Path(run_dir) / WEIGHTS_FILE
+    path = weights_source(run_dir) or Path(run_dir) / WEIGHTS_FILE
+    if path.is_dir():  # an fsdp run's newest checkpoint, a DCP folder (depthlab.dcp)
+        model.to_empty(device="cpu")
+        read_model(model, path, f"{path} does not fit {run_dir}/config.json")
+        return model.to(device).eval(), cfg
     load_fitting(model, load_weights(path), f"{path} does not fit {run_dir}/config.json",
                  assign=True)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]

@@ -38,6 +38,7 @@ LAYERS = {
     #    (depthlab.metrics) is here, below the trainer that writes it; the data path's
     #    "metrics" stage, reading logs into results, is the experiments layer.
     "depthlab.rundir": 2,
+    "depthlab.dcp": 2,  # a run's distributed (fsdp) checkpoints, read by load_model
     "depthlab.outdir": 2,  # where a command may write: checked, locked, replaced only if ours
     "depthlab.corpus": 2,
     "depthlab.tokenizer": 2,

@@ -25,12 +25,20 @@ from depthlab.train.step import lm_loss
 def evaluate(model: Transformer, data: TokenData, cfg: Config, proc: runtime.Runtime) -> float:
     """Mean loss over the fixed validation windows (shared out across ranks)."""
     offsets, length = batches.eval_offsets(len(data.val), cfg.train.seq_len, cfg.train.eval_tokens)
-    mine = offsets[proc.rank::proc.world]
+    mine, size = offsets[proc.rank::proc.world], cfg.train.batch_size
+    # fsdp: every process runs as many forwards as the busiest (each gathers weights with
+    # the others); a process out of windows runs its first again and counts nothing
+    rounds = -(-len(offsets[0::proc.world]) // size)
     total = torch.zeros(2, dtype=torch.float64, device=proc.device)
-    for i in range(0, len(mine), cfg.train.batch_size):
-        x, y = batches.windows(data.val, mine[i:i + cfg.train.batch_size], length, proc.device)
-        total[0] += lm_loss(model(x), y).double() * len(x)
-        total[1] += len(x)
+    for i in range(0, rounds * size, size):
+        part = mine[i:i + size]
+        if len(part) == 0 and cfg.train.parallel != "fsdp":
+            break
+        x, y = batches.windows(data.val, part if len(part) else offsets[:1], length, proc.device)
+        loss = lm_loss(model(x), y).double()
+        if len(part):
+            total[0] += loss * len(x)
+            total[1] += len(x)
     proc.sum(total)
     return (total[0] / total[1]).item()
 
@@ -45,8 +53,29 @@ def probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, Any
 
 
 def log_probe(run: Run, step: int) -> None:
+    """Rank 0 probes the model and logs it; under fsdp every process first sends it its
+    shards, and it probes a whole copy (the probe reads weights and runs a backward that
+    a sharded model would make every process join)."""
+    model = whole_model(run) if run.sharded else run.model
     if run.writer is not None:
-        run.writer.log("probe", step=step, **probe(run.model, *run.probe_batch))
+        run.writer.log("probe", step=step, **probe(model, *run.probe_batch))
+
+
+def whole_model(run: Run) -> Transformer | None:
+    """Every process: gather the sharded weights to rank 0, which loads them into its copy
+    (laid out once, without drawing an init: the RNG stays the run's). None elsewhere."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(run.model, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+    if not run.proc.is_main:
+        return None
+    if run.probe_copy is None:
+        with torch.device("meta"):
+            run.probe_copy = Transformer(run.cfg.model)
+        run.probe_copy.to_empty(device=run.proc.device)
+    run.probe_copy.load_state_dict(full)
+    return run.probe_copy.train(run.model.training)
 
 
 def log_eval(run: Run, st: LoopState) -> None:

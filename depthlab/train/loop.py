@@ -25,7 +25,7 @@ from depthlab.train.evaluate import log_eval, log_probe, log_train
 from depthlab.train.measures import probe_due
 from depthlab.train.optim import describe_groups, ngpt_advice
 from depthlab.train.setup import LoopState, Run
-from depthlab.train.startup import agree_on_start, claim
+from depthlab.train.startup import agree_on_start, claim, on_rank0
 from depthlab.train.step import apply_step, train_step
 from depthlab.train.stop import end_of_step, fail, newest_on_disk, newest_step_on_disk
 
@@ -67,9 +67,10 @@ def train(
     """Train `cfg` into the run directory `out_dir` and return how it ended.
 
     resume: continue from the newest readable checkpoint in out_dir (the config must
-      match the run's, except device/threads/compile); starts fresh in an empty
-      directory, refuses when checkpoints exist but none is readable, and leaves a
-      finished run untouched (see depthlab.train.startup).
+      match the run's, except device, threads, compile, parallel and
+      activation_checkpointing); starts fresh in an empty directory, refuses when
+      checkpoints exist but none is readable, and leaves a finished run untouched
+      (see depthlab.train.startup).
     overwrite: empty a non-empty out_dir first (otherwise a fresh run refuses it).
     max_steps: stop (as if interrupted, with a checkpoint) after this many steps of
       this call; the schedule still belongs to cfg.train.steps.
@@ -103,6 +104,7 @@ def _train(cfg: Config, run_dir: Path, proc: runtime.Runtime, resume: bool, over
     ckpt = agree_on_start(run_dir, cfg, proc, resume, overwrite)
     if ckpt is not None:  # the text, before its vocabulary meets the weights' shapes
         setup.check_same_data(run_dir, data, ckpt, note=proc.is_main)
+        on_rank0(proc, lambda: setup.check_kind(cfg, ckpt))  # one rank says it
     model, optimizer = setup.build(cfg, proc, ckpt)
     if ckpt is not None and ckpt.step >= cfg.train.steps:
         return _finished(run_dir, cfg, time.time() - started)

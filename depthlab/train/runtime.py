@@ -28,6 +28,7 @@ import torch.distributed as dist
 from depthlab.config import Config
 from depthlab.errors import UserError
 from depthlab.threads import use_threads
+from depthlab.train.parallel import check, launched_by_torchrun
 
 
 @dataclass(frozen=True)
@@ -183,10 +184,8 @@ def start(cfg: Config) -> Runtime:
     use_threads(cfg.train.threads, cfg.model.d_model, world, name="train.threads (--threads)",
                 training=True)
     owns = False
-    if world > 1:
-        if cfg.train.batch_size % world:
-            raise UserError(f"train.batch_size={cfg.train.batch_size} must be divisible by "
-                            f"the {world} processes")
+    check(cfg, world, launched_by_torchrun())
+    if world > 1 or cfg.train.parallel == "fsdp":  # fsdp at world 1 still needs its group
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
             owns = True

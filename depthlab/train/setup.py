@@ -29,6 +29,7 @@ from depthlab.rundir import (
     METRICS_FILE,
     STATE_FILE,
     TOKENIZER_FILE,
+    WEIGHTS_FILE,
     load_fitting,
     read_config,
     write_config,
@@ -41,8 +42,8 @@ from depthlab.tokenizer import (
     prepare_data,
     tokenizer_fingerprint,
 )
-from depthlab.train import batches, runtime, step_reads
-from depthlab.train.checkpoint import Checkpoint
+from depthlab.train import batches, parallel, runtime, step_reads
+from depthlab.train.checkpoint import Checkpoint, restore_sharded
 from depthlab.train.optim import Optimizer, make_optimizer, state_mismatch
 
 
@@ -57,7 +58,7 @@ class Run:
     data: TokenData
     model: Transformer
     optimizer: Optimizer
-    net: torch.nn.Module  # the model, wrapped in DistributedDataParallel when world > 1
+    net: torch.nn.Module  # the model, wrapped in DistributedDataParallel under ddp at world > 1
     fwd: Any  # net, compiled when train.compile
     autocast: Any  # bfloat16 autocast, or a null context
     writer: MetricsWriter | None  # rank 0 only
@@ -66,6 +67,12 @@ class Run:
     reads: step_reads.StepReads
     fwd_hooks: list[tuple[str, HookFn]]
     identity: dict[str, str]  # data_identity: saved in every checkpoint beside the weights
+    probe_copy: Transformer | None = None  # fsdp, rank 0: the whole model the probes read
+
+    @property
+    def sharded(self) -> bool:
+        """train.parallel=fsdp: the model's weights are spread over the processes."""
+        return self.cfg.train.parallel == "fsdp"
 
     @property
     def tokens_per_step(self) -> int:
@@ -166,23 +173,42 @@ def build(cfg: Config, proc: runtime.Runtime,
     (checked tensor by tensor against the config), and its optimizer."""
     torch.manual_seed(cfg.train.seed)
     model = Transformer(cfg.model).to(proc.device)
-    optimizer = make_optimizer(model, cfg.train)
-    if ckpt is not None:
+    if ckpt is not None and not ckpt.sharded:
         load_fitting(model, ckpt.weights, f"{ckpt.path} does not fit the config")
-    return model, optimizer
+    if cfg.train.activation_checkpointing:
+        parallel.checkpoint_blocks(model)
+    if cfg.train.parallel == "fsdp":  # before the optimizer: it steps the shards
+        parallel.shard(model, cfg, proc.device)
+    return model, make_optimizer(model, cfg.train)
 
 
-def restore(optimizer: Optimizer, ckpt: Checkpoint) -> None:
+def check_kind(cfg: Config, ckpt: Checkpoint | None) -> None:
+    """A checkpoint written by one process or ddp (whole weights and an optimizer state
+    indexed by parameter order) cannot be resharded: fsdp refuses it by name. A DCP
+    checkpoint resumes under any train.parallel and world size."""
+    if ckpt is not None and not ckpt.sharded and cfg.train.parallel == "fsdp":
+        raise UserError(f"{ckpt.path}: written by one process or train.parallel=ddp "
+                        f"({WEIGHTS_FILE} + {STATE_FILE}), which train.parallel=fsdp cannot "
+                        "shard; resume it with train.parallel=ddp; nothing was changed")
+
+
+def restore(model: Transformer, optimizer: Optimizer, ckpt: Checkpoint) -> None:
     """The checkpoint's optimizer state and RNG, checked first: a state.pt that does not
-    fit is a one-line error naming it, before anything is loaded or written."""
+    fit is a one-line error naming it, before anything is loaded or written. A DCP
+    checkpoint's model and optimizer are read here too (depthlab.train.checkpoint)."""
     where = f"{ckpt.path / STATE_FILE}"
-    why = state_mismatch(optimizer, ckpt.state.get("optimizer"))
+    if ckpt.sharded:
+        restore_sharded(model, optimizer, ckpt)
+        why = None
+    else:
+        why = state_mismatch(optimizer, ckpt.state.get("optimizer"))
     rng = ckpt.state.get("torch_rng")
     if why is None and not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8):
         why = "torch_rng is not a byte tensor"
     if why is None:
         try:
-            optimizer.load_state_dict(ckpt.state["optimizer"])
+            if not ckpt.sharded:
+                optimizer.load_state_dict(ckpt.state["optimizer"])
             torch.set_rng_state(rng)
         except (KeyError, ValueError, TypeError, RuntimeError) as e:
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -198,11 +224,11 @@ def start(cfg: Config, run_dir: Path, proc: runtime.Runtime, data: TokenData, mo
     """Restore the optimizer and RNG of a resumed run, open the log and wrap the model."""
     start_step = 0
     if ckpt is not None:  # check_same_data ran before the model was built
-        restore(optimizer, ckpt)
+        restore(model, optimizer, ckpt)
         start_step = ckpt.step
     writer = _open_log(cfg, run_dir, proc, data, ckpt, start_step) if proc.is_main else None
     net: torch.nn.Module = model
-    if proc.world > 1:
+    if proc.world > 1 and cfg.train.parallel == "ddp":  # fsdp: `build` sharded the model
         net = DistributedDataParallel(
             model, device_ids=[proc.local_rank] if proc.device.type == "cuda" else None)
     train_cfg = cfg.train

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from depthlab.train import batches, runtime
+from depthlab.train import batches, parallel, runtime
 from depthlab.train.optim import Optimizer, set_lr
 from depthlab.train.setup import Run
 
@@ -42,16 +42,35 @@ def train_step(run: Run, step: int) -> StepResult:
             run.data.train, train_cfg.seed, step, micro, train_cfg.batch_size, train_cfg.seq_len, proc.rank,
             proc.world, torch.device("cpu")))
         last = micro == train_cfg.grad_accum - 1
-        sync = run.net.no_sync() if proc.world > 1 and not last else contextlib.nullcontext()
+        if run.sharded:  # fsdp reduce-scatters on the last micro-batch only
+            parallel.set_gradient_sync(run.net, last)
+        sharded_or_one = run.sharded or proc.world == 1
+        sync = contextlib.nullcontext() if sharded_or_one or last else run.net.no_sync()
         with sync:
             with run.autocast:
                 loss = lm_loss(run.fwd(x), y) / train_cfg.grad_accum
             loss.backward()
         loss_sum += loss.detach()
     loss_t = proc.sum(loss_sum) / proc.world
-    grad_norm_t = torch.nn.utils.clip_grad_norm_(
-        run.model.parameters(), train_cfg.grad_clip if train_cfg.grad_clip > 0 else math.inf)
-    return StepResult(lr, loss_t, grad_norm_t)
+    if run.sharded:
+        parallel.average_replicated(run.model)
+    return StepResult(lr, loss_t, clip(run.model, train_cfg.grad_clip))
+
+
+def clip(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the gradients to a global norm of `max_norm` (0: no clipping) and return the
+    norm before clipping: torch's clip_grad_norm_ in its two halves, so that under fsdp
+    the norm of the sharded gradients is made whole (the norm over every process's
+    shards) before it scales them."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    sharded = [p.grad for p in params if parallel.is_sharded(p)]
+    whole = [p.grad for p in params if not parallel.is_sharded(p)]
+    norms = [parallel.full_value(torch.nn.utils.get_total_norm(sharded))] if sharded else []
+    if whole or not sharded:
+        norms.append(torch.nn.utils.get_total_norm(whole))
+    total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm if max_norm > 0 else math.inf, total)
+    return total
 
 
 def optimizer_step(optimizer: Optimizer) -> str | None:

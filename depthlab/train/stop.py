@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from depthlab.train.checkpoint import checkpoint_dirs, save_checkpoint
+from depthlab.train.checkpoint import checkpoint_dirs, save_checkpoint, save_sharded_checkpoint
 from depthlab.train.runtime import StopSignals
 from depthlab.train.setup import LoopState, Run
 
@@ -17,11 +17,15 @@ from depthlab.train.setup import LoopState, Run
 def checkpoint(run: Run, st: LoopState) -> None:
     """Save the state after st.step (rank 0 writes; every rank waits for it)."""
     train_cfg = run.cfg.train
-    if run.proc.is_main:
+    extra = {"data_position": {"seed": train_cfg.seed, "step": st.step},
+             "data": run.identity,  # the text and tokenizer, beside the weights
+             "cpu_s_pending": st.cpu_s}  # the next train line's, should this resume
+    if run.sharded:  # every process writes its shards (a DCP folder)
+        save_sharded_checkpoint(run.run_dir, st.step, run.model, run.optimizer,
+                                train_cfg.keep_ckpts, run.proc.is_main, **extra)
+    elif run.proc.is_main:
         save_checkpoint(run.run_dir, st.step, run.model, run.optimizer, train_cfg.keep_ckpts,
-                        data_position={"seed": train_cfg.seed, "step": st.step},
-                        data=run.identity,  # the text and tokenizer, beside the weights
-                        cpu_s_pending=st.cpu_s)  # the next train line's, should this resume
+                        **extra)
     st.saved_step = st.step
     run.proc.barrier()
 

@@ -32,6 +32,7 @@ from starlette.responses import Response
 
 from depthlab import rundir
 from depthlab.corpus import LANGUAGES
+from depthlab.dcp import DCP_METADATA
 from depthlab.errors import UserError
 from depthlab.locales import joined, marked, texts
 from depthlab.progress import Progress
@@ -95,7 +96,7 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
                     for p in root.glob("/".join(["*"] * depth) + "/" + rundir.CONFIG_FILE)
                     if not any(part.startswith(".") for part in p.relative_to(root).parts)})
     for run in found:
-        if not (run / rundir.WEIGHTS_FILE).is_file():
+        if rundir.weights_source(run) is None:  # model.safetensors, or an fsdp run's DCP folder
             continue
         try:
             cfg, record = rundir.read_config(run)
@@ -116,8 +117,14 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _weights_fingerprint(run: Path) -> str:
+    return _fingerprint(rundir.weights_source(run) or run / rundir.WEIGHTS_FILE)
+
+
 def _fingerprint(weights: Path) -> str:
-    st = weights.stat()
+    """Where the weights are and when they were written: a file's, or a DCP folder's
+    index (a checkpoint folder is renamed into place whole, with a new step name)."""
+    st = (weights / DCP_METADATA if weights.is_dir() else weights).stat()
     return f"{weights.resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
@@ -133,7 +140,7 @@ class LoadedRuns:
 
     def get(self, run: Path) -> tuple[Any, Any, Any]:
         tok = run / rundir.TOKENIZER_FILE
-        key = (str(run.resolve()), _fingerprint(run / rundir.WEIGHTS_FILE),
+        key = (str(run.resolve()), _weights_fingerprint(run),
                _fingerprint(run / rundir.CONFIG_FILE), _fingerprint(tok) if tok.is_file() else "")
         if key in self._runs:
             self._runs.move_to_end(key)
@@ -172,7 +179,7 @@ class RealModelProbes:
         return dict(_readable(str(run), stamp))
 
     def cache_path(self, run: Path, req: ProbeRequest) -> Path:
-        key = json.dumps([CACHE_VERSION, _fingerprint(run / rundir.WEIGHTS_FILE), req.prompt,
+        key = json.dumps([CACHE_VERSION, _weights_fingerprint(run), req.prompt,
                           req.target], ensure_ascii=False)
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
         return self.root / CACHE_DIR / f"{digest}.json"
