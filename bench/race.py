@@ -13,8 +13,9 @@ layers, d 128, 4 heads, context 64, batch 12, AdamW lr 1e-3 to 1e-4, betas 0.9/0
 weight decay 0.1, 100 warmup iterations, clip 1.0, dropout 0) with nanoGPT's get_lr over
 a --ref-iters schedule (3,000). A preset trains as `depthlab train --preset NAME` trains
 it (depthlab.train.train, its own schedule, batch and optimizer) on the same split. Both
-stop at the target; evaluating (every --eval-every steps near the target, every fifth of
-those before) changes no weight.
+stop at the target; evaluating (every --eval-every steps within 0.15 of the target, every
+5 x --eval-every steps before) changes no weight. The run that gave docs/speed.md's race B
+figures (one seed of three contenders) took about an hour of wall time at load 13.
 
 Contenders run --jobs at a time (2: two processes, one thread each), queued seed by seed
 so that whatever else loads the machine falls on all of them alike. Each preset's ratio
