@@ -61,7 +61,7 @@ BUDGETS: dict[str, Budget] = {
                     depths=(1, 2, 3, 4, 6, 8), sweep_steps=200, lrs=(5e-3,)),
     "standard": Budget("standard", steps=500, batch_size=16, seq_len=64, eval_every=50,
                        eval_tokens=16384, seeds=3, shallow=4, deep=12, deepest=48,
-                       about="the README's figures: 3 seeds; hours for all six on a "
+                       about="the README's figures: 3 seeds; hours for all of them on a "
                        "2-core laptop",
                        # attn-gate's pair at d 256, context 256: 0.6 s of CPU per training step
                        # on one thread, about 0.7 with evaluation and probes (measured: 4 runs
