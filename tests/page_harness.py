@@ -199,7 +199,7 @@ course lesson-anchor gpt llama qwen olmo tiny GPT Llama Qwen OLMo DeepSeek Vaswa
 Xiong Dong Qiu pre post sandwich output layernorm rmsnorm swiglu relu gelu rope learned plain scaled
 none sqrt residual English GGUF TransformerLens arccos cos ReZero rezero
 DeepNorm deepnorm HC hc mHC mhc AttnRes attnres Sinkhorn-Knopp CPU nanoGPT ResFormer nGPT ngpt
-nanochat modded-nanogpt Muon U-net backout smear alpha
+nanochat modded-nanogpt Muon U-net backout smear alpha DeltaNet
 """.split())
 
 # Text nodes a reader sees (not in <code>, <pre>, <script>, hidden parts), option text of

@@ -28,17 +28,20 @@ USER_TEXT = "my thesis, chapter 3\n"
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> dict[str, Path]:
-    """A finished run, an export of it, a Hugging Face folder and a GGUF file."""
+    """A finished run, an export of it, a Hugging Face folder, a GGUF file and a shard
+    folder."""
     root = tmp_path_factory.mktemp("locks")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DEPTHLAB_CACHE", str(root / "cache"))
         run = root / "run"
         train(config(steps=2, ckpt_every=2), run, progress=False)
         assert main(["hf", "export", str(run), "--out", str(root / "export")]) == 0
+        assert main(["data", "prepare", "--corpus", TEXT, "--tokenizer", "char", "--out",
+                     str(root / "shards"), "--no-progress"]) == 0
     gguf = root / "tiny.gguf"
     write_tiny_gguf(gguf)
     return {"run": run, "export": root / "export", "hf": write_hf(root / "hf", BASE),
-            "gguf": gguf}
+            "gguf": gguf, "shards": root / "shards"}
 
 
 def _copy_of(tmp: Path, src: Path) -> Path:
@@ -82,6 +85,12 @@ def _hf_import_gguf_force(tmp, made):
     return ["hf", "import-gguf", str(made["gguf"]), "--out", str(out), "--force"], out
 
 
+def _data_prepare_overwrite(tmp, made):
+    out = _copy_of(tmp, made["shards"])
+    return ["data", "prepare", "--corpus", TEXT, "--tokenizer", "char", "--out", str(out),
+            "--overwrite", "--no-progress"], out
+
+
 def _experiment(tmp, made):
     folder = tmp / "exp" / "residual"
     folder.mkdir(parents=True)
@@ -111,6 +120,7 @@ COMMANDS = {
     "hf import --force": ("depthlab/hf/convert.py:import_checkpoint", _hf_import_force),
     "hf import-gguf --force (and lab's SmolLM2 import)":
         ("depthlab/hf/gguf_import.py:import_gguf", _hf_import_gguf_force),
+    "data prepare --overwrite": ("depthlab/shard_prepare.py:prepare", _data_prepare_overwrite),
     "experiment": ("depthlab/experiments/runner.py:run_experiment", _experiment),
     "an experiment's own runs": ("depthlab/experiments/runner.py:own_run", _experiment_own_run),
 }

@@ -28,6 +28,7 @@ import numpy as np
 
 from depthlab.config import DataConfig
 from depthlab.errors import UserError
+from depthlab.tokenizer import TOKENIZER_FILE, CharTokenizer, cache_key
 
 WINDOWS = 256  # validation windows every contender is scored on
 WINDOW = 64  # characters a window predicts (nanoGPT's context in the CPU recipe)
@@ -176,8 +177,6 @@ def write_cache(root: Path, corpus: str, corpus_sha256: str, split: Split) -> Da
     depthlab.tokenizer.prepare_data looks it up for a char run of `corpus`; returns that
     run's data config. The entry lives only in the race's own cache folder: a user's
     cache keeps depthlab's cut."""
-    from depthlab.tokenizer import TOKENIZER_FILE, CharTokenizer, cache_key
-
     data = DataConfig(corpus=corpus, tokenizer="char")
     entry = Path(root) / cache_key(corpus_sha256, data)
     entry.mkdir(parents=True, exist_ok=True)

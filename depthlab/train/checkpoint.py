@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from depthlab.atomic import DIR_MODE, atomic_write
 from depthlab.dcp import MODEL_KEY, OPTIMIZER_KEY, is_dcp, saved_model_keys
@@ -163,10 +166,6 @@ def save_sharded_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
     """Every process: write checkpoint `step` as a DCP folder (a collective). Rank 0 makes
     the hidden stage, adds state.pt, renames it into place, drops RUN/model.safetensors
     (the newest weights are now this folder's) and prunes the older checkpoints."""
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     root = Path(run_dir) / CHECKPOINTS_DIR
     final = root / f"step_{step:07d}"
     name: list[str | None] = [None]
@@ -207,9 +206,6 @@ def restore_sharded(model: torch.nn.Module, optimizer: Optimizer, ckpt: Checkpoi
     """Load a DCP checkpoint's model and optimizer into `model` (sharded by fsdp, or whole
     in one process or under ddp) and its optimizer: DCP reads each process's part of
     whatever world wrote it. One line naming the folder when it does not fit."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
     parts = optimizer_parts(optimizer)
     own = set(model.state_dict())
     saved = saved_model_keys(ckpt.path)

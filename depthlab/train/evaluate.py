@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from depthlab.config import Config
 from depthlab.model import Transformer
@@ -64,8 +65,6 @@ def log_probe(run: Run, step: int) -> None:
 def whole_model(run: Run) -> Transformer | None:
     """Every process: gather the sharded weights to rank 0, which loads them into its copy
     (laid out once, without drawing an init: the RNG stays the run's). None elsewhere."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
     full = get_model_state_dict(run.model, options=StateDictOptions(
         full_state_dict=True, cpu_offload=True))
     if not run.proc.is_main:

@@ -17,7 +17,11 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
 from depthlab.config import Config
@@ -69,8 +73,6 @@ def mixed_precision(cfg: Config, device: torch.device):  # -> MixedPrecisionPoli
     """bfloat16 parameters for compute with float32 gradient reduction on CUDA when
     train.dtype=bfloat16 (the master weights and AdamW's moments stay float32); on CPU
     and in float32 everything is float32 (CPU autocast still runs bfloat16 matmuls)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
     if cfg.train.dtype == "bfloat16" and device.type == "cuda":
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
@@ -79,9 +81,6 @@ def mixed_precision(cfg: Config, device: torch.device):  # -> MixedPrecisionPoli
 def shard(model: nn.Module, cfg: Config, device: torch.device) -> nn.Module:
     """fully_shard the stream shortcuts called outside a block, then each block, then the
     root, on a 1-D mesh over every process (gloo on CPU, NCCL on CUDA)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     kw = {"mesh": mesh, "mp_policy": mixed_precision(cfg, device),
           # fully_shard cannot shard a 0-d tensor: the residuals' and shortcuts' scalars stay
@@ -97,16 +96,12 @@ def shard(model: nn.Module, cfg: Config, device: torch.device) -> nn.Module:
 
 
 def is_sharded(t: torch.Tensor) -> bool:
-    from torch.distributed.tensor import DTensor
-
     return isinstance(t, DTensor)
 
 
 def average_replicated(model: nn.Module) -> None:
     """The gradients of the parameters fsdp leaves whole (the scalars), averaged over the
     processes as ddp averages every gradient: once per step, after the last micro-batch."""
-    import torch.distributed as dist
-
     grads = [p.grad for p in model.parameters() if p.grad is not None and not is_sharded(p)]
     if grads:
         flat = torch.cat([g.reshape(-1) for g in grads])
