@@ -74,6 +74,16 @@ def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def put_in_place(stage: Path, final: Path, step: int) -> None:
+    """Rename a written checkpoint stage to its step's folder, replacing only a checkpoint
+    depthlab wrote there (a re-saved step); anything else is refused by name."""
+    if final.exists() and not remove_checkpoint(final):
+        raise UserError(f"{final}: holds files depthlab did not write "
+                        f"({', '.join(sorted(p.name for p in final.iterdir()))}); the "
+                        f"checkpoint of step {step} was not saved there; move them away")
+    os.rename(stage, final)
+
+
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
                     optimizer: Optimizer, keep: int, **extra: Any) -> Path:
     """Write checkpoint `step`, refresh RUN/model.safetensors, keep the newest `keep`."""
@@ -91,11 +101,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
         except OSError as e:  # named as the file it was to become, not its stage
             name = Path(e.filename).name if e.filename else STATE_FILE
             raise OSError(e.errno, e.strerror, str(final / name)) from None
-        if final.exists() and not remove_checkpoint(final):
-            raise UserError(f"{final}: holds files depthlab did not write "
-                            f"({', '.join(sorted(p.name for p in final.iterdir()))}); the "
-                            f"checkpoint of step {step} was not saved there; move them away")
-        os.rename(tmp, final)
+        put_in_place(tmp, final, step)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the stage this call made (mkdtemp: its own)
     save_weights(run_dir, model)
@@ -186,11 +192,7 @@ def save_sharded_checkpoint(run_dir: Path, step: int, model: torch.nn.Module,
                 atomic_write(tmp / STATE_FILE, lambda path: torch.save(state, path))
             except OSError as e:
                 raise OSError(e.errno, e.strerror, str(final / STATE_FILE)) from None
-            if final.exists() and not remove_checkpoint(final):
-                raise UserError(f"{final}: holds files depthlab did not write "
-                                f"({', '.join(sorted(p.name for p in final.iterdir()))}); the "
-                                f"checkpoint of step {step} was not saved there; move them away")
-            os.rename(tmp, final)
+            put_in_place(tmp, final, step)
     finally:
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
